@@ -1,0 +1,33 @@
+# One command each: `make demo` runs the quickstart, `make test` runs the whole suite.
+# Both create the virtualenv on first use. VENV may point elsewhere (CI keeps it outside the
+# clone, keyed by a hash of requirements.txt).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.raymm-installed
+DATA ?= $(abspath ../shared/data)
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# torch/torchaudio first and by exact pin, so pip never picks a multi-GB build itself
+	$(PY) -m pip install -q $$(grep -E '^torch(audio)?==' requirements.txt)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+demo: venv
+	$(VENV)/bin/raymm run scenarios/quickstart.yaml
+
+test: venv
+	RAYMM_DATA=$${RAYMM_DATA:-$(DATA)} $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,38 @@
+"""ServerActor: owns the global state; a thin shell around `raymm.server.Server`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from raymm.config import Scenario
+from raymm.data.base import Dataset
+from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.population import Population
+from raymm.server import Policies, Server
+
+
+@ray.remote
+class ServerActor:
+    def __init__(self, scenario: Scenario, dataset: list[ray.ObjectRef],
+                 population: list[ray.ObjectRef], policies: Policies) -> None:
+        data: Dataset = ray.get(dataset[0])
+        pop: Population = ray.get(population[0])
+        self.server = Server(scenario, data, pop, policies)
+
+    @ray.method(num_returns=2)
+    def plan(self, t: int, *reports: OnlineReport) -> tuple[RoundPlan, Broadcast]:
+        return self.server.plan(t, list(reports))
+
+    def aggregate(self, t: int, plan: RoundPlan, *results: HostResult) -> dict[str, Any]:
+        return self.server.aggregate(t, plan, list(results))
+
+    def evaluate(self, t: int) -> dict[str, float]:
+        return self.server.evaluate(t)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.server.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.server.load_state_dict(state)

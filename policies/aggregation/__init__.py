@@ -1,0 +1,3 @@
+"""Aggregation policies (how updates combine)."""
+
+from policies.aggregation import fedavg  # noqa: F401

@@ -1,0 +1,3 @@
+"""Local objectives (the loss a selected device minimises)."""
+
+from policies.objective import ce  # noqa: F401

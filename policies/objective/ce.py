@@ -1,0 +1,31 @@
+"""Cross-entropy of the task head, with FedProx's proximal term as an option."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from raymm.policy import LossInputs, prox_term
+from raymm.registry import OBJECTIVES
+
+
+class CEParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: FedProx µ: adds (µ/2)·||θ - θ_received||² (0 = plain cross-entropy)
+    mu: float = Field(default=0.0, ge=0)
+
+
+@OBJECTIVES.register("ce")
+class CrossEntropy:
+    Params = CEParams
+    uses_adapter = False
+
+    def __init__(self, params: CEParams) -> None:
+        self.mu = params.mu
+
+    def loss(self, inp: LossInputs) -> Tensor:
+        loss = F.cross_entropy(inp.out.logits, inp.y)
+        if self.mu > 0:
+            loss = loss + 0.5 * self.mu * prox_term(inp)
+        return loss

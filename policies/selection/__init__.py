@@ -1,0 +1,3 @@
+"""Selection policies (who trains)."""
+
+from policies.selection import basic  # noqa: F401

@@ -1,0 +1,32 @@
+"""Uniform random selection and all-online selection."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raymm.policy import SelectionContext
+from raymm.registry import SELECTORS
+
+
+@SELECTORS.register("random")
+class RandomSelection:
+    """K eligible devices uniformly at random (all of them if fewer than K)."""
+
+    def __init__(self, params: object) -> None:
+        self.params = params
+
+    def select(self, ctx: SelectionContext) -> np.ndarray:
+        if ctx.eligible.shape[0] <= ctx.k:
+            return ctx.eligible.copy()
+        return np.sort(ctx.rng.choice(ctx.eligible, size=ctx.k, replace=False))
+
+
+@SELECTORS.register("all_online")
+class AllOnline:
+    """Every eligible online device trains (k is ignored)."""
+
+    def __init__(self, params: object) -> None:
+        self.params = params
+
+    def select(self, ctx: SelectionContext) -> np.ndarray:
+        return ctx.eligible.copy()

@@ -1,0 +1,43 @@
+"""Datasets: the in-memory `Dataset`, the loader registry, and the built-in loaders.
+
+Importing this package registers `digits`, `synthetic` and `har`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from raymm.data import digits, har, synthetic  # noqa: F401  (import registers the loaders)
+from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "Split",
+    "dataset_params",
+    "load_dataset",
+    "register_dataset",
+    "resolve_data_path",
+]
+
+
+def _loader(name: str):
+    try:
+        return DATASETS[name]
+    except KeyError:
+        known = ", ".join(sorted(DATASETS))
+        raise KeyError(f"unknown dataset {name!r}; known: {known}") from None
+
+
+def dataset_params(name: str, raw: dict[str, Any]) -> BaseModel:
+    """Validate a scenario's dataset params (pydantic `ValidationError` on bad fields)."""
+    return _loader(name).Params.model_validate(raw)
+
+
+def load_dataset(name: str, params: BaseModel | dict[str, Any], seed: int) -> Dataset:
+    """Load `name`; the same params and seed give byte-identical arrays."""
+    if isinstance(params, dict):
+        params = dataset_params(name, params)
+    return _loader(name).load(params, seed)

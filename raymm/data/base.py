@@ -1,0 +1,94 @@
+"""The in-memory dataset every loader produces, and the loader registry.
+
+A dataset is a set of named sensors (modalities) that observe the same samples. Devices never
+copy it: they hold index arrays into `Dataset.train`, so one copy lives in Ray's object store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from raymm.errors import DataError
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: `x[sensor]` is float32 `[n, *shape]`, `y` int64 `[n]`, `group` optional `[n]`
+    (e.g. the subject each window came from)."""
+
+    x: Mapping[str, np.ndarray]
+    y: np.ndarray
+    group: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test splits over the same sensors and classes."""
+
+    name: str
+    sensors: tuple[str, ...]
+    num_classes: int
+    train: Split
+    test: Split
+    class_names: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def sensor_shape(self, sensor: str) -> tuple[int, ...]:
+        return tuple(self.train.x[sensor].shape[1:])
+
+
+class DatasetLoader(Protocol):
+    """What the registry holds per dataset name.
+
+    `Params` validates the scenario's `dataset:` section; `sensors` and `required_files` are
+    answered from the params alone so a scenario can be validated without loading any data.
+    """
+
+    Params: type[BaseModel]
+
+    def sensors(self, params: BaseModel) -> tuple[str, ...]: ...
+
+    def required_files(self, params: BaseModel) -> list[Path]: ...
+
+    def load(self, params: BaseModel, seed: int) -> Dataset: ...
+
+
+DATASETS: dict[str, DatasetLoader] = {}
+
+
+def register_dataset(name: str) -> Callable[[type], type]:
+    """Class decorator: register a loader class under `name` (one instance is stored)."""
+
+    def deco(cls: type) -> type:
+        DATASETS[name] = cls()
+        return cls
+
+    return deco
+
+
+def data_root() -> Path:
+    """Where relative data paths are resolved: `$RAYMM_DATA`, else the working directory."""
+    return Path(os.environ.get("RAYMM_DATA", ".")).expanduser()
+
+
+def resolve_data_path(path: str | os.PathLike[str]) -> Path:
+    """Absolute paths stay; relative ones are taken under `data_root()`."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else data_root() / p
+
+
+def require_file(path: Path, what: str) -> Path:
+    if not path.exists():
+        hint = "" if "RAYMM_DATA" in os.environ else " (set RAYMM_DATA to the data folder)"
+        raise DataError(f"{what}: file not found: {path}{hint}")
+    return path

@@ -1,0 +1,93 @@
+"""The round loop, written once for every executor.
+
+An executor says *where* the steps run (in-process, or in Ray actors) and may return futures;
+the engine says *what* a round is. Only the small per-round statistics are materialised here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from raymm.config import Scenario
+from raymm.data.base import Dataset
+from raymm.host import HostSpec
+from raymm.population import Population
+from raymm.server import Policies
+
+
+@dataclass(frozen=True)
+class World:
+    """Everything an executor needs to set up a run."""
+
+    scenario: Scenario
+    dataset: Dataset
+    population: Population
+    policies: Policies
+    host_spec: HostSpec
+
+
+class Executor(Protocol):
+    """Where the steps of a round run. Step methods may return futures; `get` resolves them."""
+
+    name: str
+
+    def start(self, world: World) -> None: ...
+
+    def poll(self, t: int) -> Any: ...
+
+    def plan(self, t: int, reports: Any) -> Any: ...
+
+    def train(self, t: int, planned: Any) -> Any: ...
+
+    def aggregate(self, t: int, planned: Any, results: Any) -> Any: ...
+
+    def evaluate(self, t: int) -> Any: ...
+
+    def get(self, value: Any) -> Any: ...
+
+    def server_state(self) -> dict[str, Any]: ...
+
+    def load_server_state(self, state: dict[str, Any]) -> None: ...
+
+    def host_states(self) -> dict[int, np.ndarray]: ...
+
+    def load_host_states(self, state: dict[int, np.ndarray]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def is_eval_round(t: int, sc: Scenario) -> bool:
+    return t % sc.eval.every == 0 or t == sc.rounds
+
+
+def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
+    """One round: poll → plan (selection + schedule) → train → aggregate (+ evaluate)."""
+    wall0 = time.perf_counter()
+    reports = ex.poll(t)
+    planned = ex.plan(t, reports)
+    results = ex.train(t, planned)
+    stats = ex.get(ex.aggregate(t, planned, results))
+    if is_eval_round(t, sc):
+        stats.update(ex.get(ex.evaluate(t)))
+    stats["wall_seconds"] = time.perf_counter() - wall0
+    return stats
+
+
+def run_rounds(ex: Executor, sc: Scenario, first: int,
+               on_round: Callable[[dict[str, Any]], bool | None]) -> int:
+    """Rounds `first..sc.rounds`; `on_round` gets each round's row and may return True to stop.
+
+    Returns the last completed round.
+    """
+    last = first - 1
+    for t in range(first, sc.rounds + 1):
+        row = run_round(ex, t, sc)
+        last = t
+        if on_round(row):
+            break
+    return last

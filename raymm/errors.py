@@ -1,0 +1,26 @@
+"""User-facing errors: the CLI turns each into one clear message and exit code 2."""
+
+from __future__ import annotations
+
+
+class RaymmError(Exception):
+    """Base class of errors caused by the user's input, not by a bug."""
+
+
+class ScenarioError(RaymmError):
+    """A scenario failed validation. `problems` lists every bad field at once."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid scenario{where}:\n{lines}")
+
+
+class DataError(RaymmError):
+    """A dataset file is missing, unreadable or has the wrong layout."""
+
+
+class ResumeError(RaymmError):
+    """A --resume directory is not a run of this scenario, or its checkpoint is unusable."""

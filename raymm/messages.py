@@ -1,0 +1,126 @@
+"""Frozen values that cross the server/device boundary (and Ray's object store).
+
+Per-device numbers are stacked into arrays, one message per host per round, so that a round
+with a thousand selected devices costs a handful of objects, not a thousand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OnlineReport:
+    """What a host tells the server at the start of a round: which of its devices are online.
+
+    The clock (D, d, φ) stays on the device; only the answer and the data size travel.
+    """
+
+    device_ids: np.ndarray   # int64, sorted
+    num_samples: np.ndarray  # int64, same order
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Who trains this round and which parameter groups are active."""
+
+    round: int
+    selected: np.ndarray              # int64 device ids, sorted
+    active_groups: tuple[str, ...]    # groups the schedule trains this round
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """The server's payload for one round, put in the object store once.
+
+    `params[group]` is the global vector of an active group; `cluster_params` optionally holds
+    per-device alternatives (cluster models); `extras` carries e.g. prototypes.
+    """
+
+    round: int
+    params: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """Everything one host's selected devices return in one round.
+
+    `updates[group]` stacks the trained vectors of the devices that uploaded that group, and
+    `senders[group]` gives their row positions in `device_ids`. `failed` lists devices that
+    crashed before returning (an error as a value, not an exception).
+    """
+
+    device_ids: np.ndarray              # int64 [n], sorted
+    num_samples: np.ndarray             # int64 [n]
+    compute_seconds: np.ndarray         # float64 [n], simulated local-training time
+    loss: np.ndarray                    # float64 [n], mean training loss
+    updates: dict[str, np.ndarray]      # group -> float32 [n_g, P_g]
+    senders: dict[str, np.ndarray]      # group -> int64 [n_g] row positions
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [n, ...]
+    failed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    errors: tuple[str, ...] = ()
+
+
+def empty_result() -> HostResult:
+    z = np.zeros(0, np.int64)
+    return HostResult(z, z, np.zeros(0), np.zeros(0), {}, {})
+
+
+@dataclass(frozen=True)
+class UpdateBatch:
+    """All hosts' results merged and sorted by device id: the aggregators' input."""
+
+    device_ids: np.ndarray
+    num_samples: np.ndarray
+    compute_seconds: np.ndarray
+    loss: np.ndarray
+    updates: dict[str, np.ndarray]
+    senders: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray]
+    failed: np.ndarray
+    errors: tuple[str, ...]
+
+    @property
+    def n(self) -> int:
+        return int(self.device_ids.shape[0])
+
+    def group_weights(self, group: str) -> np.ndarray:
+        """Sample counts of the devices that sent `group`, in row order."""
+        return self.num_samples[self.senders[group]].astype(np.float64)
+
+
+def merge_results(results: list[HostResult]) -> UpdateBatch:
+    """Concatenate host results and sort every per-device array by device id.
+
+    Sorting makes aggregation independent of how devices were packed into hosts.
+    """
+    ids = np.concatenate([r.device_ids for r in results]) if results else np.zeros(0, np.int64)
+    order = np.argsort(ids, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+
+    def cat(get):  # noqa: ANN001, ANN202
+        return np.concatenate([get(r) for r in results])[order]
+
+    offsets = np.cumsum([0] + [r.device_ids.shape[0] for r in results])
+    groups = sorted({g for r in results for g in r.updates})
+    updates, senders = {}, {}
+    for g in groups:
+        rows = [(rank[offsets[h] + r.senders[g]], r.updates[g])
+                for h, r in enumerate(results) if g in r.updates]
+        pos = np.concatenate([p for p, _ in rows])
+        mat = np.concatenate([m for _, m in rows])
+        o = np.argsort(pos, kind="stable")
+        senders[g], updates[g] = pos[o].astype(np.int64), mat[o]
+    extra_names = sorted({k for r in results for k in r.extras})
+    extras = {k: cat(lambda r, k=k: r.extras[k]) for k in extra_names}
+    return UpdateBatch(
+        device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
+        compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
+        updates=updates, senders=senders, extras=extras,
+        failed=np.sort(np.concatenate([r.failed for r in results])) if results
+        else np.zeros(0, np.int64),
+        errors=tuple(e for r in results for e in r.errors))

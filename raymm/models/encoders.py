@@ -1,0 +1,54 @@
+"""Small per-sensor encoders: input `[B, *shape]` -> embedding `[B, embed_dim]`."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+
+def auto_kind(shape: tuple[int, ...]) -> str:
+    """Vectors get an MLP, `[T, C]` time series a 1D-CNN, `[H, W]` / `[C, H, W]` images a 2D-CNN."""
+    if len(shape) == 1:
+        return "mlp"
+    if len(shape) == 2 and shape[0] >= 16 and shape[1] <= 16:
+        return "cnn1d"
+    return "cnn2d"
+
+
+class Channels(nn.Module):
+    """`[B, T, C]` -> `[B, C, T]` for Conv1d; `[B, H, W]` -> `[B, 1, H, W]` for Conv2d."""
+
+    def __init__(self, image: bool) -> None:
+        super().__init__()
+        self.image = image
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        if self.image:
+            return x.unsqueeze(1) if x.dim() == 3 else x
+        return x.transpose(1, 2)
+
+
+def make_encoder(kind: str, shape: tuple[int, ...], embed_dim: int, hidden: int) -> nn.Module:
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), hidden), nn.ReLU(),
+                             nn.Linear(hidden, embed_dim), nn.ReLU())
+    if kind == "cnn1d":
+        if len(shape) != 2:
+            raise ValueError(f"cnn1d needs [T, C] inputs, got shape {shape}")
+        channels = shape[1]
+        return nn.Sequential(
+            Channels(image=False),
+            nn.Conv1d(channels, 16, kernel_size=5, stride=2, padding=2), nn.ReLU(),
+            nn.Conv1d(16, 32, kernel_size=5, stride=2, padding=2), nn.ReLU(),
+            nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(32, embed_dim), nn.ReLU())
+    if kind == "cnn2d":
+        if len(shape) not in (2, 3):
+            raise ValueError(f"cnn2d needs [H, W] or [C, H, W] inputs, got shape {shape}")
+        channels = 1 if len(shape) == 2 else shape[0]
+        return nn.Sequential(
+            Channels(image=True),
+            nn.Conv2d(channels, 8, kernel_size=3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(8, 16, kernel_size=3, stride=2, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(64, embed_dim), nn.ReLU())
+    raise ValueError(f"unknown encoder kind {kind!r}")

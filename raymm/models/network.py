@@ -1,0 +1,86 @@
+"""The multimodal network and the parameter groups that travel.
+
+Groups: `sensor:<m>` = encoder E_m (+ its own head H_m when the model has per-sensor heads),
+`shared` = fusion F + task head H (absent for late fusion by summing logits), and `local` = the
+device-local residual adapter that never leaves a device. Each group is one flat float32 vector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from raymm.config import ModelSpec
+from raymm.models.encoders import auto_kind, make_encoder
+
+SHARED = "shared"
+LOCAL = "local"
+
+
+def sensor_group(m: str) -> str:
+    return f"sensor:{m}"
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    logits: Tensor                   # [B, C] task prediction
+    z: Tensor | None                 # [B, F] fused representation (None for logit fusion)
+    embeddings: dict[str, Tensor]    # sensor -> [B, E]
+    sensor_logits: dict[str, Tensor]  # sensor -> [B, C] (per-sensor heads, when present)
+
+
+class MultimodalNet(nn.Module):
+    """Per-sensor encoders, optional per-sensor heads, and a fusion + task head.
+
+    `forward(inputs, present)` takes every sensor's input (zeros for a missing sensor) and a
+    float `present` mask `[B, M]`. Concat fusion feeds all embeddings (a zero input still goes
+    through its encoder, as the TIDE spec says); logit fusion sums the heads of the present
+    sensors only (FedMChain's late fusion).
+    """
+
+    def __init__(self, sensors: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
+                 num_classes: int, spec: ModelSpec) -> None:
+        super().__init__()
+        self.sensors = tuple(sensors)
+        self.spec = spec
+        self.encoders = nn.ModuleDict({
+            m: make_encoder(spec.encoders.get(m, spec.encoder if spec.encoder != "auto"
+                                              else auto_kind(shapes[m])),
+                            shapes[m], spec.embed_dim, spec.hidden) for m in sensors})
+        heads = spec.aux_heads or spec.fusion == "sum_logits"
+        self.heads = nn.ModuleDict({m: nn.Linear(spec.embed_dim, num_classes)
+                                    for m in sensors}) if heads else None
+        if spec.fusion == "concat":
+            self.fusion = nn.Sequential(nn.Linear(len(sensors) * spec.embed_dim, spec.fusion_dim),
+                                        nn.ReLU())
+            self.head = nn.Linear(spec.fusion_dim, num_classes)
+            self.adapter = nn.Sequential(nn.Linear(spec.fusion_dim, spec.fusion_dim // 2),
+                                         nn.ReLU(), nn.Linear(spec.fusion_dim // 2,
+                                                              spec.fusion_dim)) \
+                if spec.adapter else None
+        else:
+            self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
+
+    def forward(self, inputs: dict[str, Tensor], present: Tensor,
+                use_adapter: bool = False) -> ModelOutput:
+        emb = {m: self.encoders[m](inputs[m]) for m in self.sensors}
+        sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
+        if self.fusion is None:
+            logits = sum(sensor_logits[m] * present[:, j:j + 1]
+                         for j, m in enumerate(self.sensors))
+            return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
+        z = self.fusion(torch.cat([emb[m] for m in self.sensors], dim=1))
+        if use_adapter and self.adapter is not None:
+            z = z + self.adapter(z)
+        return ModelOutput(self.head(z), z, emb, sensor_logits)
+
+    def group_of(self, param_name: str) -> str:
+        """The travelling group a parameter (named as in named_parameters) belongs to."""
+        top, _, rest = param_name.partition(".")
+        if top in ("encoders", "heads"):
+            return sensor_group(rest.partition(".")[0])
+        if top == "adapter":
+            return LOCAL
+        return SHARED

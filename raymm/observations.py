@@ -1,0 +1,78 @@
+"""What the server has learned about devices, and nothing more.
+
+Registration tells the server each device's sensor set (it must, to know the pods); each round
+tells it who was online, their data sizes, and the simulated training times of those it
+selected. Availability clocks are never observed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WINDOW = 10  # rounds of history kept per device (TIDE's "last 10 rounds")
+
+
+@dataclass
+class Observations:
+    sensor_mask: np.ndarray        # bool [n, M], from registration
+    tier: np.ndarray               # int [n], from registration
+    num_samples: np.ndarray        # int64 [n], -1 until first heard of
+    compute_hist: np.ndarray       # float64 [n, WINDOW], NaN where empty (ring buffer)
+    compute_count: np.ndarray      # int64 [n], rounds trained (ring position)
+    selected_hist: np.ndarray      # bool [WINDOW, n]: selected in round t (row t mod WINDOW)
+    times_selected: np.ndarray     # int64 [n]
+    times_online: np.ndarray       # int64 [n]
+
+    @classmethod
+    def register(cls, sensor_mask: np.ndarray, tier: np.ndarray) -> Observations:
+        n = sensor_mask.shape[0]
+        return cls(sensor_mask=sensor_mask.copy(), tier=tier.copy(),
+                   num_samples=np.full(n, -1, np.int64),
+                   compute_hist=np.full((n, WINDOW), np.nan),
+                   compute_count=np.zeros(n, np.int64),
+                   selected_hist=np.zeros((WINDOW, n), dtype=bool),
+                   times_selected=np.zeros(n, np.int64), times_online=np.zeros(n, np.int64))
+
+    @property
+    def n(self) -> int:
+        return int(self.tier.shape[0])
+
+    def tier_sizes(self) -> np.ndarray:
+        """N_i: size of each device's tier."""
+        counts = np.bincount(self.tier)
+        return counts[self.tier]
+
+    def mean_compute(self) -> np.ndarray:
+        """Mean simulated training time over the last WINDOW rounds trained (NaN if never)."""
+        with np.errstate(invalid="ignore"):
+            total = np.nansum(self.compute_hist, axis=1)
+            count = np.sum(~np.isnan(self.compute_hist), axis=1)
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+    def participation(self) -> np.ndarray:
+        """Share of the last WINDOW rounds in which each device was selected."""
+        return self.selected_hist.mean(axis=0)
+
+    def observe_online(self, ids: np.ndarray, num_samples: np.ndarray) -> None:
+        self.num_samples[ids] = num_samples
+        self.times_online[ids] += 1
+
+    def observe_selected(self, t: int, ids: np.ndarray) -> None:
+        row = t % WINDOW
+        self.selected_hist[row] = False
+        self.selected_hist[row, ids] = True
+        self.times_selected[ids] += 1
+
+    def observe_trained(self, ids: np.ndarray, seconds: np.ndarray) -> None:
+        pos = self.compute_count[ids] % WINDOW
+        self.compute_hist[ids, pos] = seconds
+        self.compute_count[ids] += 1
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k).copy() for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray]) -> Observations:
+        return cls(**{k: np.array(v) for k, v in state.items()})

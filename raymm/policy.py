@@ -1,0 +1,123 @@
+"""The seams every method plugs into: Selector, Aggregator, Schedule, Objective.
+
+Implementations live in the `policies` package (one small class per file, registered by name in
+`raymm.registry`); the core only talks to these Protocols.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from torch import Tensor
+
+from raymm.messages import UpdateBatch
+from raymm.models.network import ModelOutput
+from raymm.observations import Observations
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    round: int
+    online: np.ndarray        # sorted ids of the devices that reported online
+    eligible: np.ndarray      # sorted subset of `online` the schedule lets take part
+    k: int
+    obs: Observations
+    rng: np.random.Generator  # stream (seed, round, server, "selection")
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """Who trains: return at most k sorted device ids from `ctx.eligible`."""
+
+    def select(self, ctx: SelectionContext) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class AggregationContext:
+    round: int
+    sensors: tuple[str, ...]
+    obs: Observations
+    seed: int
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """How updates combine. Owns its server state (e.g. prototypes, cluster models)."""
+
+    def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
+                  ctx: AggregationContext) -> dict[str, np.ndarray]:
+        """Return the new global vector of every group (unchanged groups may be returned as is).
+        Must not mutate `params` or `batch`."""
+        ...
+
+    def extras(self, round: int) -> dict[str, np.ndarray]:
+        """Extra payload broadcast with the model this round (empty for most methods)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class StatelessAggregator:
+    """Mixin for aggregators without server state."""
+
+    def extras(self, round: int) -> dict[str, np.ndarray]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+@runtime_checkable
+class Schedule(Protocol):
+    """Which parameter groups are active in a round, and which devices may take part."""
+
+    def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]: ...
+
+    def eligible(self, round: int, sensor_mask: np.ndarray,
+                 sensors: tuple[str, ...]) -> np.ndarray:
+        """bool per row of `sensor_mask`."""
+        ...
+
+    def phase(self, round: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Everything a local objective may look at for one minibatch of one device."""
+
+    out: ModelOutput
+    y: Tensor
+    present: Tensor                     # float [B, M]: sensor present in this sample
+    held: tuple[str, ...]               # sensors the device holds
+    trainable: dict[str, Tensor]        # parameter name -> live parameter being trained
+    anchor: dict[str, Tensor]           # parameter name -> value received this round
+    extras: dict[str, Tensor] = field(default_factory=dict)  # server extras, as tensors
+    round: int = 0
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """The local loss. Written functionally (no in-place parameter updates, no data-dependent
+    Python branches inside) so it can later be vmapped over devices."""
+
+    #: whether the device-local adapter is used when training
+    uses_adapter: bool
+
+    def loss(self, inp: LossInputs) -> Tensor: ...
+
+
+def prox_term(inp: LossInputs) -> Tensor:
+    """Squared L2 distance of the trained parameters to the ones received this round."""
+    total = None
+    for name, p in inp.trainable.items():
+        d = ((p - inp.anchor[name]) ** 2).sum()
+        total = d if total is None else total + d
+    assert total is not None, "prox_term needs at least one trainable parameter"
+    return total

@@ -1,0 +1,199 @@
+"""The simulated devices, stored column-wise so that 100,000 of them cost a few MB.
+
+A device is a row: its sensor set (tier), availability clock (D, d, φ), hardware profile and a
+slice of one shared index array into the training split. Nothing here holds a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from raymm import seeding
+from raymm.config import PopulationSpec
+from raymm.data.base import Dataset
+from raymm.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class Population:
+    """Column arrays over devices 0..n-1."""
+
+    sensors: tuple[str, ...]          # the global sensor set M, in dataset order
+    sensor_mask: np.ndarray           # bool [n, |M|]: device i holds sensor m
+    tier: np.ndarray                  # int [n]: index into tier_sensors
+    tier_sensors: tuple[tuple[str, ...], ...]
+    pattern: np.ndarray               # int [n]: index into pattern_names
+    pattern_names: tuple[str, ...]
+    period: np.ndarray                # int [n]: D_i
+    online_len: np.ndarray            # int [n]: d_i
+    phase: np.ndarray                 # int [n]: φ_i in [0, D_i)
+    hardware: np.ndarray              # int [n]: index into hardware_names
+    hardware_names: tuple[str, ...]
+    gflops: np.ndarray                # float [n]: compute speed
+    up_bps: np.ndarray                # float [n]: uplink bytes/s
+    down_bps: np.ndarray              # float [n]: downlink bytes/s
+    data_offsets: np.ndarray          # int [n+1]: device i's samples are
+    data_indices: np.ndarray          # data_indices[data_offsets[i]:data_offsets[i+1]]
+
+    @property
+    def n(self) -> int:
+        return int(self.tier.shape[0])
+
+    @property
+    def num_samples(self) -> np.ndarray:
+        return np.diff(self.data_offsets)
+
+    def indices(self, device: int) -> np.ndarray:
+        return self.data_indices[self.data_offsets[device]:self.data_offsets[device + 1]]
+
+    def online(self, t: int, devices: np.ndarray | None = None) -> np.ndarray:
+        """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all)."""
+        idx = np.arange(self.n) if devices is None else np.asarray(devices)
+        return (t + self.phase[idx]) % self.period[idx] < self.online_len[idx]
+
+    def held(self, device: int) -> tuple[str, ...]:
+        return tuple(m for m, h in zip(self.sensors, self.sensor_mask[device]) if h)
+
+    def nbytes(self) -> int:
+        return sum(int(getattr(self, f).nbytes) for f in (
+            "sensor_mask", "tier", "pattern", "period", "online_len", "phase", "hardware",
+            "gflops", "up_bps", "down_bps", "data_offsets", "data_indices"))
+
+
+def split_counts(n: int, weights: list[float]) -> np.ndarray:
+    """Largest-remainder split of n into parts proportional to weights (exact total n)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.sum() <= 0:
+        raise ValueError("weights must not all be zero")
+    raw = w / w.sum() * n
+    counts = np.floor(raw).astype(np.int64)
+    rest = n - int(counts.sum())
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[:rest]] += 1
+    return counts
+
+
+def tier_counts(spec: PopulationSpec) -> np.ndarray:
+    tiers = spec.tiers or []
+    if all(t.count is not None for t in tiers):
+        counts = np.array([t.count for t in tiers], dtype=np.int64)
+        if counts.sum() != spec.devices:
+            raise ScenarioError([f"population.tiers: counts add up to {counts.sum()}, "
+                                 f"but population.devices is {spec.devices}"])
+        return counts
+    if any(t.count is not None for t in tiers):
+        raise ScenarioError(["population.tiers: give every tier a count, or every tier a fraction"])
+    return split_counts(spec.devices, [float(t.fraction or 0.0) for t in tiers])
+
+
+def _assign(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Labels 0..k-1 with the given counts, in a seeded random order over devices."""
+    labels = np.repeat(np.arange(len(counts)), counts)
+    return labels[rng.permutation(labels.shape[0])]
+
+
+def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples: int,
+                        rng: np.random.Generator, max_tries: int = 100) -> list[np.ndarray]:
+    """Split sample indices over devices with per-class Dirichlet(alpha) proportions.
+
+    Redraws (bounded) until every device has at least `min_samples` samples, the usual practice
+    for Dirichlet label skew; each device's indices are returned sorted.
+    """
+    classes = np.unique(y)
+    if n_devices * min_samples > y.shape[0]:
+        raise ScenarioError([f"population.devices: {n_devices} devices × {min_samples} samples "
+                             f"exceeds the {y.shape[0]} training samples"])
+    for _ in range(max_tries):
+        parts: list[list[np.ndarray]] = [[] for _ in range(n_devices)]
+        for c in classes:
+            idx = np.flatnonzero(y == c)
+            idx = idx[rng.permutation(idx.shape[0])]
+            props = rng.dirichlet(np.full(n_devices, alpha))
+            cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)[:-1]
+            for dev, chunk in enumerate(np.split(idx, cuts)):
+                parts[dev].append(chunk)
+        out = [np.sort(np.concatenate(p)) for p in parts]
+        if min(o.shape[0] for o in out) >= min_samples:
+            return out
+    raise ScenarioError([f"population.partition: could not give every device {min_samples} "
+                         f"samples with alpha={alpha} after {max_tries} draws; lower min_samples "
+                         "or raise alpha"])
+
+
+def iid_partition(n_samples: int, n_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+    perm = rng.permutation(n_samples)
+    return [np.sort(p) for p in np.array_split(perm, n_devices)]
+
+
+def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarray]:
+    """One device per group (e.g. per subject): devices must equal the number of groups."""
+    if groups is None:
+        raise ScenarioError(["population.partition.kind: by_group needs a dataset with groups"])
+    uniq = np.unique(groups)
+    if uniq.shape[0] != n_devices:
+        raise ScenarioError([f"population.devices: by_group partition has {uniq.shape[0]} groups "
+                             f"but {n_devices} devices"])
+    return [np.flatnonzero(groups == g) for g in uniq]
+
+
+def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Population:
+    """Deterministic from (seed, spec, dataset): tiers, clocks, hardware and data."""
+    n = spec.devices
+    sensors = dataset.sensors
+    tiers = spec.tiers or [_all_sensors_tier(sensors, n)]
+    tier_sensors = tuple(tuple(m for m in sensors if m in t.sensors) for t in tiers)
+    tier = _assign(tier_counts(spec.model_copy(update={"tiers": tiers})),
+                   seeding.rng(seed, seeding.SETUP, seeding.SERVER, "tiers"))
+    mask = np.array([[m in tier_sensors[k] for m in sensors] for k in range(len(tiers))],
+                    dtype=bool)[tier]
+
+    # availability is assigned independently of sensors: its own stream, its own permutation
+    av = spec.availability
+    pattern = _assign(split_counts(n, [a.fraction for a in av]),
+                      seeding.rng(seed, seeding.SETUP, seeding.SERVER, "patterns"))
+    clocks = np.array([a.clock() for a in av], dtype=np.int64)
+    period, online_len = clocks[pattern, 0], clocks[pattern, 1]
+    phase = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "phase").integers(0, period)
+
+    hw = spec.hardware
+    hardware = _assign(split_counts(n, [h.fraction for h in hw]),
+                       seeding.rng(seed, seeding.SETUP, seeding.SERVER, "hardware"))
+    jitter = np.array([h.jitter for h in hw])[hardware]
+    spread = 1 + jitter * seeding.rng(seed, seeding.SETUP, seeding.SERVER, "speed").uniform(
+        -1, 1, n)
+    gflops = np.array([h.gflops for h in hw])[hardware] * spread
+    up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8
+    down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8
+
+    parts = _partition(spec, dataset, seed)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([p.shape[0] for p in parts])
+    index_dtype = np.int32 if len(dataset.train) < 2**31 else np.int64
+    return Population(
+        sensors=sensors, sensor_mask=mask, tier=tier.astype(np.int32), tier_sensors=tier_sensors,
+        pattern=pattern.astype(np.int16), pattern_names=tuple(a.pattern if a.pattern != "custom"
+                                                               else f"custom_{a.clock()[1]}of"
+                                                               f"{a.clock()[0]}" for a in av),
+        period=period.astype(np.int32), online_len=online_len.astype(np.int32),
+        phase=phase.astype(np.int32), hardware=hardware.astype(np.int16),
+        hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
+        up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
+        data_offsets=offsets, data_indices=np.concatenate(parts).astype(index_dtype))
+
+
+def _all_sensors_tier(sensors: tuple[str, ...], n: int):  # noqa: ANN202 - local helper
+    from raymm.config import TierSpec
+
+    return TierSpec(sensors=list(sensors), count=n)
+
+
+def _partition(spec: PopulationSpec, dataset: Dataset, seed: int) -> list[np.ndarray]:
+    p = spec.partition
+    r = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "partition")
+    if p.kind == "dirichlet":
+        return dirichlet_partition(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
+    if p.kind == "iid":
+        return iid_partition(len(dataset.train), spec.devices, r)
+    return group_partition(dataset.train.group, spec.devices)

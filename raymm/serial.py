@@ -1,0 +1,75 @@
+"""The serial in-process executor: the reference semantics and the debugger's backend.
+
+Devices are packed into hosts exactly as the Ray executor packs them into actors, so tests can
+check that packing never changes results without starting Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raymm.engine import World
+from raymm.host import DeviceHost
+from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.server import Server
+
+
+def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:
+    """Contiguous blocks of device ids, `per_host` each (the last may be smaller)."""
+    return [np.arange(s, min(s + per_host, n_devices)) for s in range(0, n_devices, per_host)]
+
+
+class SerialExecutor:
+    name = "serial"
+
+    def __init__(self, devices_per_host: int | None = None) -> None:
+        self.devices_per_host = devices_per_host
+
+    def start(self, world: World) -> None:
+        n = world.population.n
+        per = self.devices_per_host or n
+        self.server = Server(world.scenario, world.dataset, world.population, world.policies)
+        self.hosts = [DeviceHost(ids, world.population, world.dataset, world.host_spec)
+                      for ids in pack_devices(n, per)]
+
+    def poll(self, t: int) -> list[OnlineReport]:
+        return [h.report_online(t) for h in self.hosts]
+
+    def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
+        return self.server.plan(t, reports)
+
+    def train(self, t: int, planned: tuple[RoundPlan, Broadcast]) -> list[HostResult]:
+        plan, bcast = planned
+        return [h.train(plan, bcast) for h in self.hosts
+                if np.isin(plan.selected, h.ids).any()]
+
+    def aggregate(self, t: int, planned: tuple[RoundPlan, Broadcast],
+                  results: list[HostResult]) -> dict[str, Any]:
+        return self.server.aggregate(t, planned[0], results)
+
+    def evaluate(self, t: int) -> dict[str, float]:
+        return self.server.evaluate(t)
+
+    def get(self, value: Any) -> Any:
+        return value
+
+    def server_state(self) -> dict[str, Any]:
+        return self.server.state_dict()
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        self.server.load_state_dict(state)
+
+    def host_states(self) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for h in self.hosts:
+            out.update(h.state_dict())
+        return out
+
+    def load_host_states(self, state: dict[int, np.ndarray]) -> None:
+        for h in self.hosts:
+            h.load_state_dict(state)
+
+    def shutdown(self) -> None:
+        return None

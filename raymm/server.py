@@ -1,0 +1,154 @@
+"""The server: global parameter groups, observations, selection, aggregation, evaluation.
+
+Every decision is a call into a policy; the server only sequences them and keeps the books.
+The Ray `ServerActor` is a thin shell around this class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from raymm import seeding
+from raymm.accounting import comm_seconds, downlink_bytes
+from raymm.config import Scenario
+from raymm.data.base import Dataset
+from raymm.evaluation import evaluate_subset, subset_name
+from raymm.local import build_model
+from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan, merge_results
+from raymm.models import LOCAL, GroupLayout
+from raymm.observations import Observations
+from raymm.policy import AggregationContext, Aggregator, Schedule, SelectionContext, Selector
+from raymm.population import Population
+
+
+@dataclass(frozen=True)
+class Policies:
+    selector: Selector
+    aggregator: Aggregator
+    schedule: Schedule
+
+
+class Server:
+    def __init__(self, scenario: Scenario, dataset: Dataset, population: Population,
+                 policies: Policies) -> None:
+        torch.set_num_threads(scenario.training.threads)
+        self.sc = scenario
+        self.dataset = dataset
+        self.sensors = dataset.sensors
+        self.policies = policies
+        self.model = build_model(dataset, scenario.model, scenario.seed)
+        self.layout = GroupLayout(self.model)
+        self.params = self.layout.flatten(self.model, self.layout.groups)
+        self.obs = Observations.register(population.sensor_mask, population.tier)
+        self.tier_sensors = population.tier_sensors
+        # simulator bookkeeping only (simulated comm time); never shown to a policy
+        self._up_bps, self._down_bps = population.up_bps, population.down_bps
+        self.bytes_up = self.bytes_down = 0
+        self.sim_seconds = 0.0
+        self._pending_down: np.ndarray = np.zeros(0, np.int64)
+
+    # --- one round ------------------------------------------------------------------------
+    def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
+        """Selection (who) and schedule (which groups); the payload to put in the store once."""
+        online = np.sort(np.concatenate([r.device_ids for r in reports])) if reports \
+            else np.zeros(0, np.int64)
+        if reports:
+            ids = np.concatenate([r.device_ids for r in reports])
+            self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
+        sched = self.policies.schedule
+        eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
+        ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
+                               seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
+        selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
+        self._check_selection(selected, eligible)
+        self.obs.observe_selected(t, selected)
+        active = sched.active_groups(t, self.layout.groups)
+        plan = RoundPlan(t, selected, active)
+        self._last_counts = (len(online), len(eligible))
+        return plan, Broadcast(t, self.params, self.policies.aggregator.extras(t))
+
+    def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult]) -> dict[str, Any]:
+        """Merge the hosts' results (sorted by device id), aggregate, and count traffic/time."""
+        batch = merge_results(results)
+        self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
+        ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
+        if batch.n:
+            self.params = self.policies.aggregator.aggregate(self.params, batch, ctx)
+        down, up = self._traffic(plan, batch)
+        return {
+            "round": t, "phase": self.policies.schedule.phase(t),
+            "online": self._last_counts[0], "eligible": self._last_counts[1],
+            "selected": int(plan.selected.shape[0]), "participated": batch.n,
+            "failed": int(batch.failed.shape[0]),
+            "bytes_down": int(down.sum()), "bytes_up": int(up.sum()),
+            "bytes_total": self.bytes_up + self.bytes_down,
+            "sim_seconds": float(self._round_time), "sim_seconds_total": self.sim_seconds,
+            "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
+            if batch.n else float("nan"),
+        }
+
+    def _traffic(self, plan: RoundPlan, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        sel = plan.selected
+        frozen = self.sc.model.embed_dim
+        down = downlink_bytes(self.obs.sensor_mask[sel], self.sensors, plan.active_groups,
+                              self.sc.training.upload, self.layout.sizes, frozen * 4)
+        # every selected device also receives the round's extras (e.g. prototypes)
+        down = down + sum(int(v.nbytes) for v in
+                          self.policies.aggregator.extras(plan.round).values())
+        # uplink: what each returning device actually sent
+        up = np.zeros(batch.n, np.int64)
+        for g, rows in batch.senders.items():
+            np.add.at(up, rows, self.layout.sizes[g] * 4)
+        for v in batch.extras.values():  # per-device extras, e.g. class means
+            up += int(v[0].nbytes) if batch.n else 0
+        self.bytes_down += int(down.sum())
+        self.bytes_up += int(up.sum())
+        # simulated round time: the slowest participating device (compute + its transfers)
+        pos = np.searchsorted(sel, batch.device_ids)
+        t_dev = batch.compute_seconds + comm_seconds(
+            down[pos], up, self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
+        self._round_time = float(t_dev.max()) if batch.n else 0.0
+        self.sim_seconds += self._round_time
+        return down, up
+
+    def _check_selection(self, selected: np.ndarray, eligible: np.ndarray) -> None:
+        if selected.shape[0] > self.sc.selection.k or not np.isin(selected, eligible).all() \
+                or np.unique(selected).shape[0] != selected.shape[0]:
+            raise RuntimeError("selection policy returned devices that are not eligible, "
+                               "repeated, or more than k")
+
+    # --- evaluation -----------------------------------------------------------------------
+    def evaluate(self, t: int) -> dict[str, float]:
+        """Global model on the pooled test split: all sensors, each tier's sensors, each sensor."""
+        self.layout.load(self.model, self.params)
+        split, bs = self.dataset.test, self.sc.eval.batch_size
+        full = evaluate_subset(self.model, split, self.sensors, bs)
+        out = {"accuracy": full.accuracy, "test_loss": full.loss}
+        for ts in dict.fromkeys(self.tier_sensors):
+            out[f"acc_tier/{subset_name(ts)}"] = evaluate_subset(self.model, split, ts,
+                                                                 bs).accuracy
+        if len(self.sensors) > 1:
+            for m in self.sensors:
+                out[f"acc_sensor/{m}"] = evaluate_subset(self.model, split, (m,), bs).accuracy
+        return out
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": {g: v.copy() for g, v in self.params.items()},
+                "obs": self.obs.state_dict(), "aggregator": self.policies.aggregator.state_dict(),
+                "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                "sim_seconds": self.sim_seconds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.params = {g: np.asarray(v, np.float32) for g, v in state["params"].items()}
+        self.obs = Observations.from_state(state["obs"])
+        self.policies.aggregator.load_state_dict(state["aggregator"])
+        self.bytes_up, self.bytes_down = int(state["bytes_up"]), int(state["bytes_down"])
+        self.sim_seconds = float(state["sim_seconds"])
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        return {g: v for g, v in self.params.items() if g != LOCAL}

@@ -1,0 +1,277 @@
+"""Dataset loaders: shapes, determinism, signal strength, and clear errors for bad data files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from raymm.data import DATASETS, Dataset, dataset_params, load_dataset
+from raymm.errors import DataError
+
+UCI_NAMES = ("WALKING", "WALKING_UPSTAIRS", "WALKING_DOWNSTAIRS", "SITTING", "STANDING", "LAYING")
+
+
+def assert_identical(a: Dataset, b: Dataset) -> None:
+    for sa, sb in ((a.train, b.train), (a.test, b.test)):
+        assert sa.y.tobytes() == sb.y.tobytes()
+        for s in a.sensors:
+            assert sa.x[s].tobytes() == sb.x[s].tobytes()
+
+
+def nearest_mean_accuracy(ds: Dataset, sensor: str) -> float:
+    """Test accuracy of the closest train class mean: a cheap separability probe."""
+    xtr = ds.train.x[sensor].reshape(len(ds.train), -1)
+    xte = ds.test.x[sensor].reshape(len(ds.test), -1)
+    means = np.stack([xtr[ds.train.y == c].mean(axis=0) for c in range(ds.num_classes)])
+    dist = ((xte[:, None, :] - means[None]) ** 2).sum(-1)
+    return float((dist.argmin(1) == ds.test.y).mean())
+
+
+# ---------------------------------------------------------------- digits
+
+
+def test_digits_shapes_classes_and_split() -> None:
+    ds = load_dataset("digits", {}, seed=0)
+    assert ds.sensors == ("left", "right") and ds.num_classes == 10
+    assert ds.class_names == tuple(str(c) for c in range(10))
+    assert len(ds.train) + len(ds.test) == 1797
+    assert abs(len(ds.test) / 1797 - 0.25) < 0.01
+    for split in (ds.train, ds.test):
+        assert split.y.dtype == np.int64 and set(np.unique(split.y)) == set(range(10))
+        for s in ds.sensors:
+            x = split.x[s]
+            assert x.dtype == np.float32 and x.shape == (len(split), 32)
+            assert x.min() >= 0.0 and x.max() <= 1.0
+    # stratified: every class holds ~25% of its samples in test
+    for c in range(10):
+        n_te, n_tr = (ds.test.y == c).sum(), (ds.train.y == c).sum()
+        assert abs(n_te / (n_te + n_tr) - 0.25) < 0.02
+
+
+def test_digits_views_are_image_halves() -> None:
+    from sklearn.datasets import load_digits
+
+    ds = load_dataset("digits", {"test_fraction": 0.5}, seed=3)
+    images = load_digits().images / 16.0
+    left, right = ds.train.x["left"], ds.train.x["right"]
+    assert not np.array_equal(left, right)
+    # each train row is some image's left half, and the right half of that same image
+    flat_left = images[:, :, :4].reshape(-1, 32).astype(np.float32)
+    row = int(np.flatnonzero((flat_left == left[0]).all(1))[0])
+    np.testing.assert_array_equal(images[row, :, 4:].reshape(32).astype(np.float32), right[0])
+
+
+def test_digits_deterministic_per_seed() -> None:
+    a, b = load_dataset("digits", {}, 7), load_dataset("digits", {}, 7)
+    assert_identical(a, b)
+    c = load_dataset("digits", {}, 8)
+    assert not np.array_equal(a.test.y, c.test.y) or not np.array_equal(
+        a.test.x["left"], c.test.x["left"]
+    )
+
+
+# ---------------------------------------------------------------- synthetic
+
+
+def test_synthetic_defaults_shapes_and_balance() -> None:
+    params = dataset_params("synthetic", {})
+    assert DATASETS["synthetic"].sensors(params) == ("a", "b")
+    ds = load_dataset("synthetic", params, seed=0)
+    assert ds.num_classes == 6 and (len(ds.train), len(ds.test)) == (2000, 500)
+    assert ds.sensor_shape("a") == (16,) and ds.train.x["b"].dtype == np.float32
+    assert ds.train.y.dtype == np.int64
+    counts = np.bincount(ds.train.y, minlength=6)
+    assert counts.max() - counts.min() <= 1
+
+
+def test_synthetic_time_series_shape() -> None:
+    raw = {
+        "classes": 4,
+        "n_train": 40,
+        "n_test": 12,
+        "sensors": {
+            "ts": {"dim": 3, "informativeness": 1.0, "length": 50},
+            "v": {"dim": 5, "informativeness": 0.5},
+        },
+    }
+    ds = load_dataset("synthetic", raw, seed=1)
+    assert ds.train.x["ts"].shape == (40, 50, 3) and ds.test.x["ts"].shape == (12, 50, 3)
+    assert ds.train.x["v"].shape == (40, 5)
+    assert ds.train.x["ts"].dtype == np.float32
+
+
+def test_synthetic_deterministic_and_sensor_streams_independent() -> None:
+    base = {"sensors": {"a": {"dim": 4, "informativeness": 1.0}}, "n_train": 50, "n_test": 20}
+    a, b = load_dataset("synthetic", base, 5), load_dataset("synthetic", base, 5)
+    assert_identical(a, b)
+    assert not np.array_equal(a.train.x["a"], load_dataset("synthetic", base, 6).train.x["a"])
+    more = {**base, "sensors": {"z": {"dim": 2, "informativeness": 0.0}, **base["sensors"]}}
+    c = load_dataset("synthetic", more, 5)
+    # adding a sensor leaves the other sensors' arrays untouched
+    assert c.train.x["a"].tobytes() == a.train.x["a"].tobytes()
+
+
+@pytest.mark.parametrize("length", [None, 32])
+def test_synthetic_informativeness_controls_separability(length: int | None) -> None:
+    sensors = {
+        "strong": {"dim": 16, "informativeness": 1.0, "length": length},
+        "noise": {"dim": 16, "informativeness": 0.0, "length": length},
+    }
+    raw = {"classes": 6, "n_train": 1200, "n_test": 600, "sensors": sensors}
+    ds = load_dataset("synthetic", raw, 0)
+    assert nearest_mean_accuracy(ds, "strong") > 0.9
+    assert nearest_mean_accuracy(ds, "noise") < 1 / 6 + 0.08
+
+
+def test_synthetic_params_validation() -> None:
+    with pytest.raises(ValidationError):
+        dataset_params("synthetic", {"classes": 3, "bogus": 1})
+    with pytest.raises(ValidationError):
+        dataset_params("synthetic", {"sensors": {"a": {"dim": 0, "informativeness": 1.0}}})
+    with pytest.raises(ValidationError):
+        dataset_params("synthetic", {"sensors": {"a": {"dim": 2, "informativeness": -1.0}}})
+    with pytest.raises(KeyError):
+        dataset_params("no-such-dataset", {})
+
+
+# ---------------------------------------------------------------- HAR
+
+
+def write_uci_har_folder(root: Path, n_train: int, n_test: int, seed: int) -> dict[str, dict]:
+    """A tiny UCI-HAR tree in the official layout; returns what was written (labels 1..6)."""
+    rng = np.random.default_rng(seed)
+    truth: dict[str, dict] = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        sig = root / split / "Inertial Signals"
+        sig.mkdir(parents=True)
+        acc = rng.normal(1.0, 0.5, size=(n, 128, 3))
+        gyro = rng.normal(0.0, 2.0, size=(n, 128, 3))
+        for i, axis in enumerate("xyz"):
+            np.savetxt(sig / f"total_acc_{axis}_{split}.txt", acc[:, :, i], fmt="%.7e")
+            np.savetxt(sig / f"body_gyro_{axis}_{split}.txt", gyro[:, :, i], fmt="%.7e")
+        y = np.arange(n) % 6 + 1
+        subject = np.arange(n) // 3 + (1 if split == "train" else 20)
+        np.savetxt(root / split / f"y_{split}.txt", y, fmt="%d")
+        np.savetxt(root / split / f"subject_{split}.txt", subject, fmt="%d")
+        truth[split] = {"acc": acc, "gyro": gyro, "y": y, "subject": subject}
+    labels = "".join(f"{i + 1} {name}\n" for i, name in enumerate(UCI_NAMES))
+    (root / "activity_labels.txt").write_text(labels)
+    return truth
+
+
+def write_har_npz(path: Path, n_train: int = 10, n_test: int = 4, **override: np.ndarray) -> None:
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        arrays[f"{split}_acc"] = rng.normal(size=(n, 128, 3)).astype(np.float32)
+        arrays[f"{split}_gyro"] = rng.normal(size=(n, 128, 3)).astype(np.float32)
+        arrays[f"{split}_y"] = np.arange(n, dtype=np.int64) % 6
+        arrays[f"{split}_subject"] = np.arange(n, dtype=np.int64) // 2 + 1
+    arrays["class_names"] = np.array(UCI_NAMES)
+    arrays.update(override)
+    np.savez_compressed(path, **{k: v for k, v in arrays.items() if v is not None})
+
+
+def test_har_uci_folder_layout(tmp_path: Path) -> None:
+    truth = write_uci_har_folder(tmp_path / "UCI HAR Dataset", n_train=12, n_test=6, seed=0)
+    raw = load_dataset("har", {"path": str(tmp_path / "UCI HAR Dataset"), "standardize": False}, 0)
+    assert raw.sensors == ("acc", "gyro") and raw.num_classes == 6 and raw.class_names == UCI_NAMES
+    assert raw.train.x["acc"].shape == (12, 128, 3) and raw.test.x["gyro"].shape == (6, 128, 3)
+    assert raw.train.x["acc"].dtype == np.float32
+    np.testing.assert_allclose(raw.train.x["acc"], truth["train"]["acc"], rtol=1e-6)
+    np.testing.assert_allclose(raw.test.x["gyro"], truth["test"]["gyro"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(raw.train.y, truth["train"]["y"] - 1)  # 1..6 -> 0..5
+    assert raw.train.y.dtype == np.int64 and raw.train.y.min() == 0 and raw.train.y.max() == 5
+    np.testing.assert_array_equal(raw.train.group, truth["train"]["subject"])
+    np.testing.assert_array_equal(raw.test.group, truth["test"]["subject"])
+
+    std = load_dataset("har", {"path": str(tmp_path / "UCI HAR Dataset")}, 0)
+    for s in ("acc", "gyro"):
+        x = std.train.x[s].astype(np.float64)
+        np.testing.assert_allclose(x.mean(axis=(0, 1)), 0.0, atol=1e-5)
+        np.testing.assert_allclose(x.std(axis=(0, 1)), 1.0, atol=1e-5)
+        # test is scaled with the train statistics, not its own
+        tr = raw.train.x[s].astype(np.float64)
+        expect = (raw.test.x[s] - tr.mean(axis=(0, 1))) / tr.std(axis=(0, 1))
+        np.testing.assert_allclose(std.test.x[s], expect, rtol=1e-4, atol=1e-5)
+
+
+def test_har_npz_relative_to_raymm_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_har_npz(tmp_path / "har.npz")
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    params = dataset_params("har", {"path": "har.npz"})
+    assert DATASETS["har"].required_files(params) == [tmp_path / "har.npz"]
+    assert DATASETS["har"].sensors(params) == ("acc", "gyro")
+    ds = load_dataset("har", params, 0)
+    assert (len(ds.train), len(ds.test)) == (10, 4) and ds.class_names == UCI_NAMES
+    assert ds.test.group.tolist() == [1, 1, 2, 2]
+    assert_identical(ds, load_dataset("har", params, 0))
+
+
+def test_har_missing_path_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "har.npz"
+    with pytest.raises(DataError, match="nowhere"):
+        load_dataset("har", {"path": str(missing)}, 0)
+
+
+def test_har_truncated_npz(tmp_path: Path) -> None:
+    path = tmp_path / "har.npz"
+    write_har_npz(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError, match="har.npz"):
+        load_dataset("har", {"path": str(path)}, 0)
+
+
+def test_har_not_an_archive(tmp_path: Path) -> None:
+    path = tmp_path / "har.npz"
+    path.write_text("this is not a zip file\n")
+    with pytest.raises(DataError, match="har.npz"):
+        load_dataset("har", {"path": str(path)}, 0)
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ({"train_acc": np.zeros((10, 64, 3), np.float32)}, "train acc must be"),
+        ({"test_gyro": np.zeros((4, 128), np.float32)}, "test gyro must be"),
+        ({"train_y": np.zeros(9, np.int64)}, "windows but y has 9"),
+        ({"test_subject": np.zeros(3, np.int64)}, "subject"),
+        ({"train_y": np.full(10, 6, np.int64)}, "labels"),
+        ({"test_y": None}, "missing key.*test_y"),
+    ],
+)
+def test_har_bad_npz_layout(tmp_path: Path, override: dict, problem: str) -> None:
+    path = tmp_path / "bad.npz"
+    write_har_npz(path, **override)
+    with pytest.raises(DataError, match=problem) as err:
+        load_dataset("har", {"path": str(path)}, 0)
+    assert "bad.npz" in str(err.value)
+
+
+def test_har_uci_folder_missing_file(tmp_path: Path) -> None:
+    write_uci_har_folder(tmp_path, n_train=6, n_test=6, seed=1)
+    (tmp_path / "test" / "Inertial Signals" / "body_gyro_y_test.txt").unlink()
+    with pytest.raises(DataError, match="body_gyro_y_test.txt"):
+        load_dataset("har", {"path": str(tmp_path)}, 0)
+
+
+@pytest.mark.data
+def test_har_real_file() -> None:
+    root = os.environ.get("RAYMM_DATA")
+    if not root:
+        pytest.skip(
+            "RAYMM_DATA is not set; point it at the folder holding uci_har_hapt_raw_windows.npz"
+        )
+    path = Path(root) / "uci_har_hapt_raw_windows.npz"
+    assert path.is_file(), f"RAYMM_DATA is set but {path} is missing"
+    ds = load_dataset("har", {}, seed=0)
+    assert (len(ds.train), len(ds.test)) == (7415, 2996)
+    assert ds.num_classes == 6 and ds.class_names == UCI_NAMES
+    assert ds.sensor_shape("acc") == (128, 3) and ds.sensor_shape("gyro") == (128, 3)
+    assert set(np.unique(ds.train.y)) == set(range(6)) == set(np.unique(ds.test.y))
+    assert len(np.unique(ds.train.group)) == 21 and len(np.unique(ds.test.group)) == 9
+    assert not set(ds.train.group) & set(ds.test.group)
