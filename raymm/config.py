@@ -275,20 +275,3 @@ def format_validation_error(exc: ValidationError) -> list[str]:
             msg = f"{msg} (got {err.get('input')!r})"
         problems.append(f"{_loc(err)}: {msg}")
     return problems
-
-
-def parse_scenario(data: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]] | None = None,
-                   source: str | None = None) -> Scenario:
-    """Schema-check a raw mapping (after merging its preset under it). Raises ScenarioError."""
-    raw = dict(data)
-    method = raw.get("method")
-    if method is not None and presets is not None:
-        if not isinstance(method, str) or method not in presets:
-            raise ScenarioError(
-                [f"method: unknown preset {method!r}; choose one of: {', '.join(sorted(presets))}"],
-                source)
-        raw = deep_merge(presets[method], raw)
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc), source) from None

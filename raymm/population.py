@@ -95,31 +95,40 @@ def _assign(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples: int,
-                        rng: np.random.Generator, max_tries: int = 100) -> list[np.ndarray]:
+                        rng: np.random.Generator) -> list[np.ndarray]:
     """Split sample indices over devices with per-class Dirichlet(alpha) proportions.
 
-    Redraws (bounded) until every device has at least `min_samples` samples, the usual practice
-    for Dirichlet label skew; each device's indices are returned sorted.
+    Devices left with fewer than `min_samples` are topped up with samples taken from the
+    largest devices (one pass, deterministic), instead of redrawing until every device is large
+    enough, which almost never succeeds with thousands of devices. Indices come back sorted.
     """
-    classes = np.unique(y)
     if n_devices * min_samples > y.shape[0]:
         raise ScenarioError([f"population.devices: {n_devices} devices × {min_samples} samples "
                              f"exceeds the {y.shape[0]} training samples"])
-    for _ in range(max_tries):
-        parts: list[list[np.ndarray]] = [[] for _ in range(n_devices)]
-        for c in classes:
-            idx = np.flatnonzero(y == c)
-            idx = idx[rng.permutation(idx.shape[0])]
-            props = rng.dirichlet(np.full(n_devices, alpha))
-            cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)[:-1]
-            for dev, chunk in enumerate(np.split(idx, cuts)):
-                parts[dev].append(chunk)
-        out = [np.sort(np.concatenate(p)) for p in parts]
-        if min(o.shape[0] for o in out) >= min_samples:
-            return out
-    raise ScenarioError([f"population.partition: could not give every device {min_samples} "
-                         f"samples with alpha={alpha} after {max_tries} draws; lower min_samples "
-                         "or raise alpha"])
+    owner = np.empty(y.shape[0], dtype=np.int64)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        idx = idx[rng.permutation(idx.shape[0])]
+        props = rng.dirichlet(np.full(n_devices, alpha))
+        cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)
+        owner[idx] = np.searchsorted(cuts, np.arange(idx.shape[0]), side="right")
+    _top_up(owner, n_devices, min_samples, rng)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(n_devices + 1))
+    return [np.sort(order[bounds[d]:bounds[d + 1]]) for d in range(n_devices)]
+
+
+def _top_up(owner: np.ndarray, n_devices: int, min_samples: int,
+            rng: np.random.Generator) -> None:
+    """Move random samples from the currently largest devices to devices below the minimum."""
+    counts = np.bincount(owner, minlength=n_devices)
+    for dev in np.flatnonzero(counts < min_samples):
+        while counts[dev] < min_samples:
+            donor = int(np.argmax(counts))
+            pool = np.flatnonzero(owner == donor)
+            owner[pool[rng.integers(pool.shape[0])]] = dev
+            counts[donor] -= 1
+            counts[dev] += 1
 
 
 def iid_partition(n_samples: int, n_devices: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from raymm.config import Scenario, format_validation_error, parse_scenario
+from raymm.config import Scenario, deep_merge, format_validation_error
 from raymm.data import DATASETS
 from raymm.errors import ScenarioError
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
@@ -24,20 +24,47 @@ POLICY_SECTIONS: dict[str, Registry[Any]] = {
 
 def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],
                    source: str | None = None) -> Scenario:
-    """Return the validated Scenario, or raise one ScenarioError listing every problem."""
-    sc = parse_scenario(raw, presets, source)
+    """Return the validated Scenario, or raise one ScenarioError listing every problem.
+
+    Schema errors and the cross-field checks are gathered together: the cross-field checks run
+    on the raw (preset-merged) mapping, so a typo in one section never hides a mistake in another.
+    """
+    merged = merge_preset(raw, presets, source)
     problems: list[str] = []
-    problems += _check_policies(sc)
-    sensors = _check_dataset(sc, problems)
+    try:
+        sc: Scenario | None = Scenario.model_validate(merged)
+    except ValidationError as exc:
+        sc = None
+        problems += format_validation_error(exc)
+    problems += _check_policies(merged)
+    sensors = _check_dataset(merged.get("dataset"), problems)
+    pop = merged.get("population") if isinstance(merged.get("population"), dict) else {}
     if sensors is not None:
-        problems += _check_sensors(sc, sensors)
-    if sc.selection.k > sc.population.devices:
-        problems.append(f"selection.k: K={sc.selection.k} is larger than population.devices="
-                        f"{sc.population.devices}")
-    problems += _check_population(sc)
+        problems += _check_sensors(pop, merged.get("model"), sensors,
+                                   (merged.get("dataset") or {"name": "synthetic"})["name"])
+    k = (merged.get("selection") or {}).get("k", 10) if isinstance(merged.get("selection"),
+                                                                   dict) else None
+    n = pop.get("devices", 20)
+    if isinstance(k, int) and isinstance(n, int) and k > n >= 1:
+        problems.append(f"selection.k: K={k} is larger than population.devices={n}")
+    if sc is not None:
+        problems += _check_population(sc)
     if problems:
-        raise ScenarioError(problems, source)
+        raise ScenarioError(list(dict.fromkeys(problems)), source)
+    assert sc is not None
     return sc
+
+
+def merge_preset(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],
+                 source: str | None) -> dict[str, Any]:
+    method = raw.get("method")
+    if method is None:
+        return dict(raw)
+    if not isinstance(method, str) or method not in presets:
+        raise ScenarioError(
+            [f"method: unknown preset {method!r}; choose one of: {', '.join(sorted(presets))}"],
+            source)
+    return deep_merge(presets[method], raw)
 
 
 def policy_params(sc: Scenario, section: str) -> BaseModel:
@@ -47,30 +74,41 @@ def policy_params(sc: Scenario, section: str) -> BaseModel:
     return registry.params_model(spec.name)(**spec.params())
 
 
-def _check_policies(sc: Scenario) -> list[str]:
+def _check_policies(merged: Mapping[str, Any]) -> list[str]:
     problems = []
+    defaults = Scenario.model_fields
     for section, registry in POLICY_SECTIONS.items():
-        spec = getattr(sc, section)
-        if spec.name not in registry:
-            problems.append(f"{section}.name: unknown {registry.kind} {spec.name!r}; choose one "
+        spec = merged.get(section)
+        if spec is None:
+            spec = defaults[section].default.model_dump()
+        if not isinstance(spec, dict):
+            continue  # the schema already reported it
+        name = spec.get("name", defaults[section].default.name)
+        if name not in registry:
+            problems.append(f"{section}.name: unknown {registry.kind} {name!r}; choose one "
                             f"of: {', '.join(registry.names())}")
             continue
+        params = {k: v for k, v in spec.items() if k not in ("name", "k")}
         try:
-            policy_params(sc, section)
+            registry.params_model(name)(**params)
         except ValidationError as exc:
             problems += [f"{section}.{p}" for p in format_validation_error(exc)]
     return problems
 
 
-def _check_dataset(sc: Scenario, problems: list[str]) -> tuple[str, ...] | None:
-    name = sc.dataset_name
+def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
+    if spec is None:
+        spec = {"name": "synthetic"}
+    if not isinstance(spec, dict):
+        return None
+    name = spec.get("name")
     if name not in DATASETS:
         problems.append(f"dataset.name: unknown dataset {name!r}; choose one of: "
                         f"{', '.join(sorted(DATASETS))}")
         return None
     loader = DATASETS[name]
     try:
-        params = loader.Params(**sc.dataset_params())
+        params = loader.Params(**{k: v for k, v in spec.items() if k != "name"})
     except ValidationError as exc:
         problems += [f"dataset.{p}" for p in format_validation_error(exc)]
         return None
@@ -81,14 +119,18 @@ def _check_dataset(sc: Scenario, problems: list[str]) -> tuple[str, ...] | None:
     return tuple(loader.sensors(params))
 
 
-def _check_sensors(sc: Scenario, sensors: tuple[str, ...]) -> list[str]:
+def _check_sensors(pop: Mapping[str, Any], model: Any, sensors: tuple[str, ...],
+                   dataset: str) -> list[str]:
     problems = []
-    for i, tier in enumerate(sc.population.tiers or []):
-        bad = [m for m in tier.sensors if m not in sensors]
+    tiers = pop.get("tiers") or []
+    for i, tier in enumerate(tiers if isinstance(tiers, list) else []):
+        listed = tier.get("sensors") if isinstance(tier, dict) else None
+        bad = [m for m in listed or [] if m not in sensors] if isinstance(listed, list) else []
         if bad:
             problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, bad))} not in "
-                            f"dataset {sc.dataset_name!r}; its sensors are: {', '.join(sensors)}")
-    bad = [m for m in sc.model.encoders if m not in sensors]
+                            f"dataset {dataset!r}; its sensors are: {', '.join(sensors)}")
+    encoders = model.get("encoders") if isinstance(model, dict) else None
+    bad = [m for m in encoders if m not in sensors] if isinstance(encoders, dict) else []
     if bad:
         problems.append(f"model.encoders: unknown sensor(s) {', '.join(map(repr, bad))}; "
                         f"the dataset's sensors are: {', '.join(sensors)}")

@@ -1,0 +1,41 @@
+"""Shared fixtures: one small local Ray per test session, tiny scenarios."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """A local Ray on 127.0.0.1 with fixed small resources, shared by the whole session."""
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False,
+             object_store_memory=200 * 1024**2, _node_ip_address="127.0.0.1",
+             logging_level="WARNING", log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The real-data folder from RAYMM_DATA: skipped with a reason when unset, a failure
+    (not a skip) when set but missing, so CI cannot silently skip the real-data tests."""
+    root = os.environ.get("RAYMM_DATA")
+    if not root:
+        pytest.skip("RAYMM_DATA is not set; point it at the folder holding the real datasets")
+    path = Path(root)
+    assert path.is_dir(), f"RAYMM_DATA={root} is not a folder"
+    return path

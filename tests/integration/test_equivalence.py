@@ -1,0 +1,40 @@
+"""Same seed, same numbers: serial == Ray, whatever the packing of devices into actors."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raymm.api import load_scenario, run
+
+from helpers import tiny_scenario
+
+WALL = ["wall_seconds"]
+
+
+def _run(tmp_path, executor, per_actor):
+    sc = load_scenario(tiny_scenario(**{"rounds": 4, "eval.every": 2,
+                                        "execution.executor": executor,
+                                        "execution.devices_per_actor": per_actor,
+                                        # 1 device per actor = 12 actors on 2 CPUs
+                                        "execution.actor": {"num_cpus": 0.1}}))
+    res = run(sc, out=tmp_path / f"{executor}-{per_actor}")
+    table = pd.read_parquet(res.run_dir / "rounds.parquet").drop(columns=WALL)
+    return res.params, table
+
+
+@pytest.mark.ray
+def test_serial_and_ray_are_bit_identical(tmp_path, ray_session):
+    ref_params, ref_table = _run(tmp_path, "serial", "auto")
+    assert ref_table["participated"].sum() > 0 and ref_table["accuracy"].notna().sum() == 2
+    for executor, per_actor in [("serial", 5), ("ray", 1), ("ray", 5), ("ray", "auto")]:
+        params, table = _run(tmp_path, executor, per_actor)
+        assert params.keys() == ref_params.keys()
+        for g in ref_params:
+            assert np.array_equal(params[g], ref_params[g]), (executor, per_actor, g)
+        pd.testing.assert_frame_equal(table, ref_table, check_exact=True)
+
+
+def test_different_seed_gives_different_numbers(tmp_path):
+    a = run(load_scenario(tiny_scenario(seed=1)), out=tmp_path)
+    b = run(load_scenario(tiny_scenario(seed=2)), out=tmp_path)
+    assert not np.array_equal(a.params["shared"], b.params["shared"])
