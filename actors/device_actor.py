@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,8 +28,17 @@ class DeviceActor:
     def report_online(self, t: int) -> OnlineReport:
         return self.host.report_online(t)
 
-    def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
-        return self.host.train(plan, broadcast)
+    @ray.method(num_returns=2)
+    def train(self, plan: RoundPlan, broadcast: Broadcast,
+              die: bool = False) -> tuple[dict[str, Any], HostResult]:
+        """Two objects: a small status for the driver (device-local states to keep safe) and
+        the result for the server. `die` is an injected fault: the process exits mid-round."""
+        if die:
+            mine = self.host.selected(plan)
+            self.host.train(replace(plan, selected=mine[: mine.shape[0] // 2]), broadcast)
+            os._exit(1)
+        result = self.host.train(plan, broadcast)
+        return {"states": result.states}, replace(result, states={})
 
     def state_dict(self) -> dict[int, np.ndarray]:
         return self.host.state_dict()

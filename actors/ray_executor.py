@@ -2,23 +2,33 @@
 
 Per round: every DeviceActor reports its online devices; the ServerActor plans and returns the
 plan and the broadcast as two objects (the broadcast is stored once and handed to every actor
-by reference); each DeviceActor with selected devices returns one object; the ServerActor
-aggregates them (sorted by device id). No per-device Ray call anywhere.
+by reference); each DeviceActor with selected devices returns one result object, which goes
+straight to the ServerActor, and a small status for the driver. No per-device Ray call.
+
+A DeviceActor that dies costs the round its devices' updates, not the run: Ray restarts it
+(`max_restarts`; past that a new actor is created), and the executor gives the restarted actor
+its devices' local state back from the copy it keeps of every device's storage.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import RayError
 
 from actors.device_actor import DeviceActor
 from actors.packing import Packing, plan_packing
 from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec
-from raymm.engine import World
+from raymm.engine import Trained, World
+from raymm.faults import fault_seed, host_kills
+
+log = logging.getLogger(__name__)
+REVIVE_TIMEOUT_S = 300
 
 
 def ensure_ray(execution: ExecutionSpec) -> bool:
@@ -42,45 +52,89 @@ class RayExecutor:
     def __init__(self, execution: ExecutionSpec) -> None:
         self.execution = execution
         self._owns_ray = False
+        self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
 
     def start(self, world: World) -> None:
         self._owns_ray = ensure_ray(self.execution)
         ex = self.execution
         self.packing: Packing = plan_packing(world.population.n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
+        self.faults = world.scenario.faults
+        self.fault_seed = fault_seed(world.scenario.faults, world.scenario.seed)
         pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
         # kept alive for the whole run: a restarted actor re-reads its constructor arguments
-        self._shared = (pop_ref, data_ref)
+        self._shared = ([pop_ref], [data_ref], world.host_spec)
         self.server = ServerActor.options(num_cpus=0).remote(
             world.scenario, [data_ref], [pop_ref], world.policies)
-        opts = dict(num_cpus=ex.actor.num_cpus, num_gpus=ex.actor.num_gpus,
-                    resources=dict(ex.actor.resources), max_restarts=ex.actor.max_restarts)
         per, n = self.packing.devices_per_actor, world.population.n
         self.blocks = [np.arange(s, min(s + per, n)) for s in range(0, n, per)]
-        self.actors = [DeviceActor.options(**opts).remote(ids, [pop_ref], [data_ref],
-                                                          world.host_spec)
-                       for ids in self.blocks]
+        self.actors = [self._new_actor(ids) for ids in self.blocks]
+
+    def _new_actor(self, ids: np.ndarray) -> Any:
+        a = self.execution.actor
+        return DeviceActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus,
+                                   resources=dict(a.resources),
+                                   max_restarts=a.max_restarts).remote(ids, *self._shared)
 
     def poll(self, t: int) -> list[Any]:
-        return [a.report_online.remote(t) for a in self.actors]
+        refs = [a.report_online.remote(t) for a in self.actors]
+        reports = []
+        for i, ref in enumerate(refs):
+            try:
+                reports.append(ray.get(ref))
+            except RayError as exc:  # a dead actor's devices are simply not online
+                log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
+                self._revive(i)
+        return reports
 
     def plan(self, t: int, reports: list[Any]) -> tuple[Any, Any]:
         plan_ref, bcast_ref = self.server.plan.remote(t, *reports)
         return ray.get(plan_ref), bcast_ref  # the plan is small: ids of the selected devices
 
-    def train(self, t: int, planned: tuple[Any, Any]) -> list[Any]:
+    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, np.ndarray, Any, Any]]:
         plan, bcast_ref = planned
-        busy = [a for a, ids in zip(self.actors, self.blocks) if np.isin(plan.selected, ids).any()]
-        return [a.train.remote(plan, bcast_ref) for a in busy]
+        kills = host_kills(self.faults, self.fault_seed, t, len(self.actors))
+        calls = []
+        for i, (actor, ids) in enumerate(zip(self.actors, self.blocks)):
+            mine = plan.selected[np.isin(plan.selected, ids)]
+            if mine.size:
+                status, result = actor.train.remote(plan, bcast_ref, bool(kills[i]))
+                calls.append((i, mine, status, result))
+        return calls
 
-    def aggregate(self, t: int, planned: tuple[Any, Any], results: list[Any]) -> Any:
-        return self.server.aggregate.remote(t, planned[0], *results)
+    def aggregate(self, t: int, planned: tuple[Any, Any],
+                  calls: list[tuple[int, np.ndarray, Any, Any]]) -> dict[str, Any]:
+        out = Trained([], [], 0)
+        for i, mine, status_ref, result_ref in calls:
+            try:
+                status = ray.get(status_ref)
+            except RayError as exc:  # the actor died mid-round: an error as a value
+                log.warning("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
+                out.lost.append(mine)
+                out.hosts_killed += 1
+                self._revive(i)
+                continue
+            self.vault.update(status["states"])
+            out.results.append(result_ref)
+        stats = ray.get(self.server.aggregate.remote(t, planned[0], *out.results,
+                                                     lost=out.lost_ids()))
+        stats["actors_killed"] = out.hosts_killed
+        return stats
+
+    def _revive(self, i: int) -> None:
+        """Give a (restarted or, past max_restarts, replaced) actor its devices' state back."""
+        state = {d: self.vault[d] for d in self.blocks[i].tolist() if d in self.vault}
+        try:
+            ray.get(self.actors[i].load_state_dict.remote(state), timeout=REVIVE_TIMEOUT_S)
+        except RayError:
+            self.actors[i] = self._new_actor(self.blocks[i])
+            ray.get(self.actors[i].load_state_dict.remote(state), timeout=REVIVE_TIMEOUT_S)
 
     def evaluate(self, t: int) -> Any:
         return self.server.evaluate.remote(t)
 
     def get(self, value: Any) -> Any:
-        return ray.get(value)
+        return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
     def server_state(self) -> dict[str, Any]:
         return ray.get(self.server.state_dict.remote())
@@ -88,13 +142,11 @@ class RayExecutor:
     def load_server_state(self, state: dict[str, Any]) -> None:
         ray.get(self.server.load_state_dict.remote(state))
 
-    def host_states(self) -> dict[int, np.ndarray]:
-        out: dict[int, np.ndarray] = {}
-        for s in ray.get([a.state_dict.remote() for a in self.actors]):
-            out.update(s)
-        return out
+    def host_states(self) -> dict[int, Any]:
+        return dict(self.vault)
 
-    def load_host_states(self, state: dict[int, np.ndarray]) -> None:
+    def load_host_states(self, state: dict[int, Any]) -> None:
+        self.vault = dict(state)
         ray.get([a.load_state_dict.remote(state) for a in self.actors])
 
     def placements(self) -> list[dict[str, Any]]:
@@ -102,7 +154,7 @@ class RayExecutor:
 
     def shutdown(self) -> None:
         for a in getattr(self, "actors", []):
-            ray.kill(a)
+            ray.kill(a, no_restart=True)
         if hasattr(self, "server"):
             ray.kill(self.server)
         if self._owns_ray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import ray
 
 from raymm.config import Scenario
@@ -25,8 +26,9 @@ class ServerActor:
     def plan(self, t: int, *reports: OnlineReport) -> tuple[RoundPlan, Broadcast]:
         return self.server.plan(t, list(reports))
 
-    def aggregate(self, t: int, plan: RoundPlan, *results: HostResult) -> dict[str, Any]:
-        return self.server.aggregate(t, plan, list(results))
+    def aggregate(self, t: int, plan: RoundPlan, *results: HostResult,
+                  lost: np.ndarray | None = None) -> dict[str, Any]:
+        return self.server.aggregate(t, plan, list(results), lost)
 
     def evaluate(self, t: int) -> dict[str, float]:
         return self.server.evaluate(t)

@@ -7,6 +7,10 @@ two places in `raymm` allowed to import `policies` and `actors`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +19,12 @@ import numpy as np
 import pyarrow as pa
 
 import policies
+from raymm import checkpoint
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
+from raymm.errors import Interrupted, RaymmError, ResumeError
+from raymm.faults import fault_seed
 from raymm.host import HostSpec
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
@@ -44,7 +51,9 @@ def build_world(sc: Scenario) -> World:
         aggregator=AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation")),
         schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
     objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
-    return World(sc, dataset, population, pol, HostSpec(sc.seed, sc.model, sc.training, objective))
+    host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
+                         fault_seed(sc.faults, sc.seed))
+    return World(sc, dataset, population, pol, host_spec)
 
 
 def make_executor(sc: Scenario) -> Executor:
@@ -66,11 +75,41 @@ class RunResult:
     params: dict[str, np.ndarray]
 
 
-def run(scenario: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = (),
-        out: str | Path | None = None, executor: str | None = None,
-        progress: bool = False) -> RunResult:
-    """Validate, build, run every round, and write the run directory. Returns the summary."""
-    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
+def resolve_resume(resume: str | Path, scenario: Any, overrides: Sequence[str]
+                   ) -> tuple[Scenario, Path, checkpoint.Checkpoint]:
+    """The saved scenario of a run directory and its newest checkpoint; a scenario given as
+    well must be the same one (where and how it executes may differ)."""
+    run_dir = Path(resume)
+    ckpt = checkpoint.load(run_dir)
+    saved = load_scenario(read_yaml(run_dir / "config.yaml"))
+    if checkpoint.scenario_digest(saved.to_dict()) != ckpt.scenario_digest:
+        raise ResumeError(f"--resume: {run_dir}/config.yaml no longer matches its checkpoint")
+    if scenario is not None or overrides:
+        given = scenario if isinstance(scenario, Scenario) else load_scenario(
+            scenario if scenario is not None else saved.to_dict(), overrides)
+        if checkpoint.scenario_digest(given.to_dict()) != ckpt.scenario_digest:
+            raise ResumeError(f"--resume: {run_dir} is a run of another scenario "
+                              f"({saved.name!r}); only execution.* and output.* may differ")
+        saved = given
+    return saved, run_dir, ckpt
+
+
+def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
+        overrides: Sequence[str] = (), out: str | Path | None = None,
+        executor: str | None = None, progress: bool = False,
+        resume: str | Path | None = None) -> RunResult:
+    """Validate, build, run every round, and write the run directory. Returns the summary.
+
+    With `resume=RUN_DIR` the run continues from that directory's newest checkpoint and ends
+    with the same parameters and rounds table as an uninterrupted run.
+    """
+    ckpt = None
+    if resume is not None:
+        sc, run_dir, ckpt = resolve_resume(resume, scenario, overrides)
+    elif scenario is None:
+        raise RaymmError("run: give a scenario, or resume a run directory")
+    else:
+        sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
     if executor is not None:
         sc = sc.model_copy(update={"execution": sc.execution.model_copy(
             update={"executor": executor})})
@@ -78,45 +117,97 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence
     ex = make_executor(sc)
     ex.start(world)
     try:
-        run_dir = new_run_dir(out if out is not None else sc.output.dir, sc.name)
-        writer = RunWriter(run_dir, sc.to_dict(), sc.output.tensorboard)
-        writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text() + "```")
-        writer.write_devices(devices_table(world.population))
-        bar = _progress(sc, progress)
-
-        def on_round(row: dict[str, Any]) -> None:
-            writer.log_round(row)
-            if is_eval_round(row["round"], sc):
-                writer.flush_rounds()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(_postfix(writer.rows), refresh=False)
-
-        import time
-
-        t0 = time.perf_counter()
-        last = run_rounds(ex, sc, 1, on_round)
-        wall = time.perf_counter() - t0
-        if bar is not None:
-            bar.close()
-        writer.flush_rounds()
-        state = ex.server_state()
-        writer.write_devices(devices_table(world.population, state["obs"]))
-        summary = summarize(sc, writer.rows, last, wall, world.population.n)
-        writer.write_summary(summary)
-        writer.close()
-        params = {g: np.asarray(v) for g, v in state["params"].items()}
-        return RunResult(run_dir, summary, writer.rows, params)
+        if ckpt is None:
+            run_dir = new_run_dir(out if out is not None else sc.output.dir, sc.name)
+            writer = RunWriter(run_dir, sc.to_dict(), sc.output.tensorboard)
+            writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text()
+                            + "```")
+            writer.write_devices(devices_table(world.population))
+            first, wall_before = 1, 0.0
+        else:
+            ex.load_server_state(ckpt.server)
+            ex.load_host_states(ckpt.hosts)
+            writer = RunWriter(run_dir, None, sc.output.tensorboard, rows=ckpt.rows,
+                               purge_step=ckpt.round + 1)
+            first, wall_before = ckpt.round + 1, ckpt.wall_seconds
+        return _loop(sc, world, ex, writer, first, wall_before, progress)
     finally:
         ex.shutdown()
 
 
-def _progress(sc: Scenario, enabled: bool):  # noqa: ANN202
+def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: int,
+          wall_before: float, progress: bool) -> RunResult:
+    bar = _progress(sc, progress, first - 1)
+    digest = checkpoint.scenario_digest(sc.to_dict())
+    t0 = time.perf_counter()
+
+    def save_checkpoint(t: int) -> None:
+        checkpoint.save(writer.path, checkpoint.Checkpoint(
+            t, digest, ex.server_state(), ex.host_states(), list(writer.rows),
+            wall_before + time.perf_counter() - t0), sc.output.keep_checkpoints)
+
+    with StopOnInterrupt() as stop:
+        def on_round(row: dict[str, Any]) -> bool:
+            writer.log_round(row)
+            t = row["round"]
+            every = sc.output.checkpoint_every
+            if is_eval_round(t, sc) or (every and t % every == 0) or stop.requested:
+                writer.flush_rounds()
+            if every and t % every == 0 and not stop.requested:
+                save_checkpoint(t)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(_postfix(writer.rows), refresh=False)
+            return stop.requested
+
+        last = run_rounds(ex, sc, first, on_round)
+    if bar is not None:
+        bar.close()
+    wall = wall_before + time.perf_counter() - t0
+    writer.flush_rounds()
+    if stop.requested:
+        save_checkpoint(last)
+    state = ex.server_state()
+    writer.write_devices(devices_table(world.population, state["obs"]))
+    summary = summarize(sc, writer.rows, last, wall, world.population.n)
+    writer.write_summary(summary)
+    writer.close()
+    if stop.requested and last < sc.rounds:
+        raise Interrupted(writer.path, last)
+    params = {g: np.asarray(v) for g, v in state["params"].items()}
+    return RunResult(writer.path, summary, writer.rows, params)
+
+
+class StopOnInterrupt:
+    """First Ctrl-C: finish the round in flight, then stop cleanly. Second: stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nraymm: stopping after this round (Ctrl-C again to abort at once)",
+              file=sys.stderr, flush=True)
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _progress(sc: Scenario, enabled: bool, done: int):  # noqa: ANN202
     if not enabled:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=sc.rounds, desc=sc.name, unit="round", dynamic_ncols=True)
+    return tqdm(total=sc.rounds, initial=done, desc=sc.name, unit="round", dynamic_ncols=True)
 
 
 def _postfix(rows: list[dict[str, Any]]) -> dict[str, str]:

@@ -11,9 +11,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from raymm.errors import RaymmError
+from raymm.errors import Interrupted, RaymmError
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -26,7 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raymm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario and write a run directory")
-    _add_scenario_args(run)
+    run.add_argument("scenario", nargs="?", default=None,
+                     help="scenario YAML file (optional with --resume)")
+    run.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="KEY=VALUE",
+                     help="override a scenario value, e.g. --set rounds=3 (repeatable)")
+    run.add_argument("--resume", metavar="RUN_DIR", default=None,
+                     help="continue a run directory from its newest checkpoint")
     run.add_argument("--out", default=None, help="parent folder of the run directory "
                                                  "(default: the scenario's output.dir)")
     run.add_argument("--executor", choices=["serial", "ray"], default=None,
@@ -43,12 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return _validate(args)
         return _run(args)
+    except Interrupted as exc:
+        print(f"raymm: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RaymmError as exc:
         print(f"raymm: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("raymm: interrupted", file=sys.stderr)
-        return 130
+        print("raymm: aborted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -63,8 +73,11 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from raymm.api import run
 
+    if args.scenario is None and args.resume is None:
+        raise RaymmError("run: give a scenario file, or --resume RUN_DIR")
     result = run(args.scenario, args.overrides, out=args.out, executor=args.executor,
-                 progress=not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS"))
+                 progress=not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS"),
+                 resume=args.resume)
     s = result.summary
     acc = s["final_accuracy"]
     print(f"{s['name']}: {s['rounds_completed']} rounds, final accuracy "

@@ -162,7 +162,26 @@ class EvalSpec(Strict):
 class OutputSpec(Strict):
     dir: str = "runs"
     tensorboard: bool = True
+    #: write a checkpoint every N rounds (0: only on Ctrl-C); `raymm run --resume DIR` continues
     checkpoint_every: int = Field(default=0, ge=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+
+
+class FaultSpec(Strict):
+    """Deterministic fault injection; every decision is drawn from (seed, round, unit)."""
+
+    #: stream seed of the faults (None: the scenario's seed)
+    seed: int | None = None
+    #: per round and DeviceActor (per host on the serial executor): the actor dies mid-round
+    actor_kill_prob: float = Field(default=0.0, ge=0, le=1)
+    #: per selected device: it crashes before returning its update
+    device_crash_prob: float = Field(default=0.0, ge=0, le=1)
+    #: simulated-time round deadline in seconds; slower devices are dropped as stragglers
+    deadline_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.actor_kill_prob or self.device_crash_prob or self.deadline_seconds)
 
 
 class Scenario(Strict):
@@ -182,6 +201,7 @@ class Scenario(Strict):
     execution: ExecutionSpec = ExecutionSpec()
     eval: EvalSpec = EvalSpec()
     output: OutputSpec = OutputSpec()
+    faults: FaultSpec = FaultSpec()
 
     @property
     def dataset_name(self) -> str:

@@ -31,6 +31,19 @@ class World:
     host_spec: HostSpec
 
 
+@dataclass
+class Trained:
+    """What a train step produced: host results (or futures of them), the selected devices
+    lost with a host that died this round, and how many hosts died."""
+
+    results: list[Any]
+    lost: list[np.ndarray]
+    hosts_killed: int
+
+    def lost_ids(self) -> np.ndarray:
+        return np.sort(np.concatenate(self.lost)) if self.lost else np.zeros(0, np.int64)
+
+
 class Executor(Protocol):
     """Where the steps of a round run. Step methods may return futures; `get` resolves them."""
 

@@ -24,3 +24,12 @@ class DataError(RaymmError):
 
 class ResumeError(RaymmError):
     """A --resume directory is not a run of this scenario, or its checkpoint is unusable."""
+
+
+class Interrupted(RaymmError):
+    """Ctrl-C: the round in flight finished, a checkpoint was written, the run can resume."""
+
+    def __init__(self, run_dir: object, last_round: int) -> None:
+        self.run_dir, self.last_round = run_dir, last_round
+        super().__init__(f"interrupted after round {last_round}; checkpoint written. "
+                         f"Resume with: raymm run --resume {run_dir}")

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from raymm.accounting import compute_seconds, device_groups
-from raymm.config import ModelSpec, TrainingSpec
+from raymm.config import FaultSpec, ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
+from raymm.faults import device_crashes
 from raymm.local import LocalTrainer
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.policy import Objective
@@ -29,6 +30,8 @@ class HostSpec:
     model: ModelSpec
     training: TrainingSpec
     objective: Objective
+    faults: FaultSpec = FaultSpec()
+    fault_seed: int = 0
 
 
 class DeviceHost:
@@ -48,11 +51,16 @@ class DeviceHost:
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Train this host's selected devices in id order; a device that raises is recorded as
         failed (an error value), never propagated."""
-        mine = plan.selected[np.isin(plan.selected, self.ids)]
+        mine = self.selected(plan)
+        crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         done: list[int] = []
         outcomes = []
         failed, errors = [], []
-        for dev in mine.tolist():
+        for dev, crashed in zip(mine.tolist(), crash):
+            if crashed:  # its update and any local-state change of this round are lost
+                failed.append(dev)
+                errors.append(f"device {dev}: injected crash in round {plan.round}")
+                continue
             held = self.pop.sensor_mask[dev]
             groups = device_groups(held, self.pop.sensors, plan.active_groups,
                                    self.spec.training.upload)
@@ -68,6 +76,10 @@ class DeviceHost:
             done.append(dev)
             outcomes.append((groups, out))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors)
+
+    def selected(self, plan: RoundPlan) -> np.ndarray:
+        """This host's devices among the selected ones, in id order."""
+        return plan.selected[np.isin(plan.selected, self.ids)]
 
     def _stack(self, ids: np.ndarray, outcomes: list, failed: list[int],
                errors: list[str]) -> HostResult:
@@ -87,11 +99,15 @@ class DeviceHost:
             updates={g: np.stack(v) for g, v in updates.items()},
             senders={g: np.array(v, np.int64) for g, v in senders.items()},
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
-            failed=np.array(failed, np.int64), errors=tuple(errors))
+            failed=np.array(failed, np.int64), errors=tuple(errors),
+            states={int(d): self.local_state[int(d)] for d in ids
+                    if int(d) in self.local_state})
 
-    # --- persistence of device-local state (checkpoints) ---------------------------------
+    # --- persistence of device-local state (checkpoints, actor restarts) -------------------
     def state_dict(self) -> dict[int, np.ndarray]:
         return dict(self.local_state)
 
     def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
-        self.local_state = {int(k): v for k, v in state.items() if int(k) in set(self.ids)}
+        """Replace the state of this host's devices with theirs in `state` (others ignored)."""
+        own = set(self.ids.tolist())
+        self.local_state = {int(k): v for k, v in state.items() if int(k) in own}

@@ -7,6 +7,7 @@ with a thousand selected devices costs a handful of objects, not a thousand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,9 @@ class HostResult:
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [n, ...]
     failed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     errors: tuple[str, ...] = ()
+    #: device-local state after this round of the devices that trained. Not traffic: the
+    #: simulator's copy of each device's own storage, so a restarted actor gets it back.
+    states: dict[int, Any] = field(default_factory=dict)
 
 
 def empty_result() -> HostResult:
@@ -86,6 +90,17 @@ class UpdateBatch:
     @property
     def n(self) -> int:
         return int(self.device_ids.shape[0])
+
+    def subset(self, keep: np.ndarray) -> UpdateBatch:
+        """Only the rows where `keep` is True (e.g. without stragglers); order preserved."""
+        new_pos = np.cumsum(keep) - 1
+        updates, senders = {}, {}
+        for g, rows in self.senders.items():
+            k = keep[rows]
+            updates[g], senders[g] = self.updates[g][k], new_pos[rows[k]].astype(np.int64)
+        return UpdateBatch(self.device_ids[keep], self.num_samples[keep],
+                           self.compute_seconds[keep], self.loss[keep], updates, senders,
+                           {k: v[keep] for k, v in self.extras.items()}, self.failed, self.errors)
 
     def group_weights(self, group: str) -> np.ndarray:
         """Sample counts of the devices that sent `group`, in row order."""

@@ -67,15 +67,21 @@ def _jsonable(v: Any) -> Any:
 class RunWriter:
     """Writes one run's files. TensorBoard is optional (`tensorboard: false`)."""
 
-    def __init__(self, path: Path, config: dict[str, Any], tensorboard: bool = True) -> None:
+    def __init__(self, path: Path, config: dict[str, Any] | None, tensorboard: bool = True,
+                 rows: list[dict[str, Any]] | None = None, purge_step: int | None = None) -> None:
+        """`config=None` continues an existing run: its config stays, `rows` are the history
+        up to the checkpoint, and TensorBoard drops events from `purge_step` on (rounds that
+        were logged after the checkpoint and are now run again)."""
         self.path = path
-        self.rows: list[dict[str, Any]] = []
-        atomic_write_bytes(path / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
+        self.rows: list[dict[str, Any]] = list(rows or [])
+        if config is not None:
+            atomic_write_bytes(path / "config.yaml",
+                               yaml.safe_dump(config, sort_keys=False).encode())
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(path))
+            self.tb = SummaryWriter(log_dir=str(path), purge_step=purge_step)
 
     def log_round(self, row: dict[str, Any]) -> None:
         self.rows.append(row)

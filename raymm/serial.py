@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from raymm.engine import World
+from raymm.engine import Trained, World
+from raymm.faults import fault_seed, host_kills
 from raymm.host import DeviceHost
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.server import Server
@@ -30,6 +31,8 @@ class SerialExecutor:
     def start(self, world: World) -> None:
         n = world.population.n
         per = self.devices_per_host or n
+        self.faults = world.scenario.faults
+        self.fault_seed = fault_seed(world.scenario.faults, world.scenario.seed)
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
         self.hosts = [DeviceHost(ids, world.population, world.dataset, world.host_spec)
                       for ids in pack_devices(n, per)]
@@ -40,14 +43,28 @@ class SerialExecutor:
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
         return self.server.plan(t, reports)
 
-    def train(self, t: int, planned: tuple[RoundPlan, Broadcast]) -> list[HostResult]:
+    def train(self, t: int, planned: tuple[RoundPlan, Broadcast]) -> Trained:
+        """Train the hosts with selected devices. A host that an injected fault kills this
+        round returns nothing; its devices keep their state from before the round."""
         plan, bcast = planned
-        return [h.train(plan, bcast) for h in self.hosts
-                if np.isin(plan.selected, h.ids).any()]
+        kills = host_kills(self.faults, self.fault_seed, t, len(self.hosts))
+        out = Trained([], [], 0)
+        for host, killed in zip(self.hosts, kills):
+            mine = host.selected(plan)
+            if mine.size == 0:
+                continue
+            if killed:
+                out.lost.append(mine)
+                out.hosts_killed += 1
+            else:
+                out.results.append(host.train(plan, bcast))
+        return out
 
     def aggregate(self, t: int, planned: tuple[RoundPlan, Broadcast],
-                  results: list[HostResult]) -> dict[str, Any]:
-        return self.server.aggregate(t, planned[0], results)
+                  trained: Trained) -> dict[str, Any]:
+        stats = self.server.aggregate(t, planned[0], trained.results, trained.lost_ids())
+        stats["actors_killed"] = trained.hosts_killed
+        return stats
 
     def evaluate(self, t: int) -> dict[str, float]:
         return self.server.evaluate(t)

@@ -17,6 +17,7 @@ from raymm.accounting import comm_seconds, downlink_bytes
 from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.evaluation import evaluate_subset, subset_name
+from raymm.faults import stragglers
 from raymm.local import build_model
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan, merge_results
 from raymm.models import LOCAL, GroupLayout
@@ -49,7 +50,6 @@ class Server:
         self._up_bps, self._down_bps = population.up_bps, population.down_bps
         self.bytes_up = self.bytes_down = 0
         self.sim_seconds = 0.0
-        self._pending_down: np.ndarray = np.zeros(0, np.int64)
 
     # --- one round ------------------------------------------------------------------------
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
@@ -71,49 +71,60 @@ class Server:
         self._last_counts = (len(online), len(eligible))
         return plan, Broadcast(t, self.params, self.policies.aggregator.extras(t))
 
-    def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult]) -> dict[str, Any]:
-        """Merge the hosts' results (sorted by device id), aggregate, and count traffic/time."""
+    def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
+                  lost: np.ndarray | None = None) -> dict[str, Any]:
+        """Merge the hosts' results (sorted by device id), drop stragglers, aggregate, and count
+        traffic and time. `lost` lists selected devices whose host died this round."""
         batch = merge_results(results)
+        down = self._downlink(plan)
+        up = self._uplink(batch)
+        dev_seconds = batch.compute_seconds + comm_seconds(
+            down[np.searchsorted(plan.selected, batch.device_ids)], up,
+            self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
+        late = stragglers(self.sc.faults, dev_seconds)
+        if late.any():  # the server closes the round at the deadline without them
+            batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
         self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
         if batch.n:
             self.params = self.policies.aggregator.aggregate(self.params, batch, ctx)
-        down, up = self._traffic(plan, batch)
+        deadline = self.sc.faults.deadline_seconds
+        round_time = float(dev_seconds.max()) if batch.n else 0.0
+        if late.any() and deadline is not None:
+            round_time = deadline
+        self.bytes_down += int(down.sum())
+        self.bytes_up += int(up.sum())
+        self.sim_seconds += round_time
+        n_lost = 0 if lost is None else int(len(lost))
         return {
             "round": t, "phase": self.policies.schedule.phase(t),
             "online": self._last_counts[0], "eligible": self._last_counts[1],
             "selected": int(plan.selected.shape[0]), "participated": batch.n,
-            "failed": int(batch.failed.shape[0]),
+            "failed": int(batch.failed.shape[0]), "lost": n_lost,
+            "stragglers": int(late.sum()),
             "bytes_down": int(down.sum()), "bytes_up": int(up.sum()),
             "bytes_total": self.bytes_up + self.bytes_down,
-            "sim_seconds": float(self._round_time), "sim_seconds_total": self.sim_seconds,
+            "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
         }
 
-    def _traffic(self, plan: RoundPlan, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        sel = plan.selected
-        frozen = self.sc.model.embed_dim
-        down = downlink_bytes(self.obs.sensor_mask[sel], self.sensors, plan.active_groups,
-                              self.sc.training.upload, self.layout.sizes, frozen * 4)
-        # every selected device also receives the round's extras (e.g. prototypes)
-        down = down + sum(int(v.nbytes) for v in
+    def _downlink(self, plan: RoundPlan) -> np.ndarray:
+        """Bytes sent to each selected device: its groups, plus the round's extras."""
+        down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
+                              plan.active_groups, self.sc.training.upload, self.layout.sizes,
+                              4 * self.sc.model.embed_dim)
+        return down + sum(int(v.nbytes) for v in
                           self.policies.aggregator.extras(plan.round).values())
-        # uplink: what each returning device actually sent
+
+    def _uplink(self, batch: Any) -> np.ndarray:
+        """Bytes each returning device actually sent: its trained groups and its extras."""
         up = np.zeros(batch.n, np.int64)
         for g, rows in batch.senders.items():
             np.add.at(up, rows, self.layout.sizes[g] * 4)
         for v in batch.extras.values():  # per-device extras, e.g. class means
             up += int(v[0].nbytes) if batch.n else 0
-        self.bytes_down += int(down.sum())
-        self.bytes_up += int(up.sum())
-        # simulated round time: the slowest participating device (compute + its transfers)
-        pos = np.searchsorted(sel, batch.device_ids)
-        t_dev = batch.compute_seconds + comm_seconds(
-            down[pos], up, self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
-        self._round_time = float(t_dev.max()) if batch.n else 0.0
-        self.sim_seconds += self._round_time
-        return down, up
+        return up
 
     def _check_selection(self, selected: np.ndarray, eligible: np.ndarray) -> None:
         if selected.shape[0] > self.sc.selection.k or not np.isin(selected, eligible).all() \

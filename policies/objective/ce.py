@@ -14,15 +14,18 @@ class CEParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     #: FedProx µ: adds (µ/2)·||θ - θ_received||² (0 = plain cross-entropy)
     mu: float = Field(default=0.0, ge=0)
+    #: also train the device-local residual adapter (`model.adapter: true`): personalisation
+    #: that never leaves the device and is not used when the global model is evaluated
+    adapter: bool = False
 
 
 @OBJECTIVES.register("ce")
 class CrossEntropy:
     Params = CEParams
-    uses_adapter = False
 
     def __init__(self, params: CEParams) -> None:
         self.mu = params.mu
+        self.uses_adapter = params.adapter
 
     def loss(self, inp: LossInputs) -> Tensor:
         loss = F.cross_entropy(inp.out.logits, inp.y)

@@ -1,0 +1,125 @@
+"""Checkpoint/resume: a resumed run ends exactly where an uninterrupted one does."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from raymm.api import run
+from raymm.checkpoint import load
+from raymm.cli import main
+
+from helpers import REPO, tiny_scenario
+
+
+def scenario(executor="serial", **kw):
+    return tiny_scenario(**{"rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
+                            "model.adapter": True, "objective": {"name": "ce", "adapter": True},
+                            "execution.executor": executor, "execution.devices_per_actor": 6,
+                            **kw})
+
+
+def table(run_dir):
+    return pd.read_parquet(run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
+
+
+def assert_same_run(a_dir, a_params, b_dir, b_params):
+    for g in a_params:
+        assert np.array_equal(a_params[g], b_params[g]), g
+    pd.testing.assert_frame_equal(table(a_dir), table(b_dir), check_exact=True)
+
+
+def resume_from_round_3(tmp_path, ref):
+    """Copy a finished run, keep only its round-3 checkpoint, resume it."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ref.run_dir, copy)
+    (copy / "checkpoints" / "round-000006.pkl").unlink()
+    assert load(copy).round == 3
+    return run(resume=copy)
+
+
+def test_resume_serial_is_exact(tmp_path):
+    ref = run(scenario(), out=tmp_path)
+    ck = load(ref.run_dir)
+    assert ck.round == 6 and len(ck.rows) == 6 and ck.hosts  # adapters persisted per device
+    res = resume_from_round_3(tmp_path, ref)
+    assert res.summary["rounds_completed"] == 7
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+@pytest.mark.ray
+def test_resume_ray_is_exact(tmp_path, ray_session):
+    ref = run(scenario("serial"), out=tmp_path)
+    res_ray = run(scenario("ray"), out=tmp_path / "ray")
+    assert_same_run(ref.run_dir, ref.params, res_ray.run_dir, res_ray.params)
+    res = resume_from_round_3(tmp_path, res_ray)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+def test_resume_rejects_other_scenarios_and_non_runs(tmp_path, capsys):
+    ref = run(scenario(), out=tmp_path)
+    p = tmp_path / "other.yaml"
+    p.write_text(yaml.safe_dump(scenario(seed=99)))
+    before = sorted(x.name for x in ref.run_dir.rglob("*"))
+    assert main(["run", str(p), "--resume", str(ref.run_dir)]) == 2
+    assert "run of another scenario" in capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    assert "not a raymm run directory" in capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    (ref.run_dir / "checkpoints" / "round-000006.pkl").write_bytes(b"garbage")
+    assert main(["run", "--resume", str(ref.run_dir)]) == 2
+    assert "unreadable" in capsys.readouterr().err
+    assert sorted(x.name for x in ref.run_dir.rglob("*")) == before  # nothing overwritten
+    # execution and output may differ on resume
+    (ref.run_dir / "checkpoints" / "round-000006.pkl").unlink()
+    ok = run(scenario(), ["execution.devices_per_actor=2"], resume=ref.run_dir)
+    assert ok.summary["rounds_completed"] == 7
+
+
+def _spawn(path, out):
+    env = dict(os.environ, RAYMM_NO_PROGRESS="1", PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "raymm.cli", "run", str(path), "--out",
+                             str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_checkpoint(out, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(out.glob("*/checkpoints/round-*.pkl"))
+        if found:
+            return found[0].parent.parent
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_driver_killed_or_interrupted_then_resumed(tmp_path, sig):
+    raw = scenario(rounds=40, **{"output.checkpoint_every": 2})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    ref = run(raw, out=tmp_path / "ref")
+    proc = _spawn(path, tmp_path / "killed")
+    run_dir = _wait_for_checkpoint(tmp_path / "killed", proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, err
+        assert f"Resume with: raymm run --resume {run_dir}" in err
+        assert "Traceback" not in err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    done = load(run_dir).round
+    assert 2 <= done <= 40
+    res = run(resume=run_dir)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
