@@ -118,7 +118,7 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
     rank[order] = np.arange(order.shape[0])
 
     def cat(get):  # noqa: ANN001, ANN202
-        return np.concatenate([get(r) for r in results])[order]
+        return np.concatenate([get(r) for r in results])[order] if results else np.zeros(0)
 
     offsets = np.cumsum([0] + [r.device_ids.shape[0] for r in results])
     groups = sorted({g for r in results for g in r.updates})

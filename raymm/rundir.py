@@ -126,7 +126,10 @@ TB_TAGS = {
     "eligible": "devices/eligible",
     "selected": "devices/selected",
     "participated": "devices/participated",
-    "failed": "devices/failed",
+    "failed": "faults/devices_crashed",
+    "lost": "faults/devices_lost_with_actor",
+    "stragglers": "faults/stragglers",
+    "actors_killed": "faults/actors_killed",
     "sim_seconds": "time/sim_seconds_per_round",
     "wall_seconds": "time/wall_seconds_per_round",
 }
