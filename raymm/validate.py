@@ -84,7 +84,7 @@ def _check_policies(merged: Mapping[str, Any]) -> list[str]:
         if not isinstance(spec, dict):
             continue  # the schema already reported it
         name = spec.get("name", defaults[section].default.name)
-        if name not in registry:
+        if not isinstance(name, str) or name not in registry:
             problems.append(f"{section}.name: unknown {registry.kind} {name!r}; choose one "
                             f"of: {', '.join(registry.names())}")
             continue
@@ -102,7 +102,7 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
     if not isinstance(spec, dict):
         return None
     name = spec.get("name")
-    if name not in DATASETS:
+    if not isinstance(name, str) or name not in DATASETS:
         problems.append(f"dataset.name: unknown dataset {name!r}; choose one of: "
                         f"{', '.join(sorted(DATASETS))}")
         return None
