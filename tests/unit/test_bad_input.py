@@ -79,8 +79,10 @@ def test_mutated_scenarios_never_escape(raw, tmp_path, capsys):
         assert err.startswith("raymm: ") and err.count("raymm:") == 1
         return
     OUTCOMES["exit0"] += 1
+    # bounded work: a mutation may have asked for thousands of rounds or epochs
     rc, err = run_cli(["run", str(p), "--executor", "serial", "--out", str(out),
-                       "--no-progress"], capsys)
+                       "--no-progress", "--set", "rounds=1", "--set", "training.local_epochs=1"],
+                      capsys)
     assert rc in (0, 2), err
     if rc == 2:
         assert not out.exists() or not any(out.iterdir())
