@@ -71,7 +71,8 @@ class AvailabilitySpec(Strict):
 
 
 class HardwareSpec(Strict):
-    """A hardware profile; `jitter` spreads each device's speed by ±jitter (uniform)."""
+    """A hardware profile; `jitter` spreads each device's speed and bandwidths by ±jitter
+    (uniform, drawn per device)."""
 
     name: str = "default"
     fraction: float = Field(default=1.0, ge=0, le=1)

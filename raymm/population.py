@@ -170,11 +170,14 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     hardware = _assign(split_counts(n, [h.fraction for h in hw]),
                        seeding.rng(seed, seeding.SETUP, seeding.SERVER, "hardware"))
     jitter = np.array([h.jitter for h in hw])[hardware]
-    spread = 1 + jitter * seeding.rng(seed, seeding.SETUP, seeding.SERVER, "speed").uniform(
-        -1, 1, n)
-    gflops = np.array([h.gflops for h in hw])[hardware] * spread
-    up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8
-    down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8
+
+    def spread(what: str) -> np.ndarray:  # each device's own ±jitter around its profile
+        return 1 + jitter * seeding.rng(seed, seeding.SETUP, seeding.SERVER, what).uniform(
+            -1, 1, n)
+
+    gflops = np.array([h.gflops for h in hw])[hardware] * spread("speed")
+    up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8 * spread("uplink")
+    down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
 
     parts = _partition(spec, dataset, seed)
     offsets = np.zeros(n + 1, dtype=np.int64)
