@@ -123,12 +123,15 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
             writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text()
                             + "```")
             writer.write_devices(devices_table(world.population))
+            writer.start_pictures(world.population, world.dataset, sc.rounds)
             first, wall_before = 1, 0.0
         else:
             ex.load_server_state(ckpt.server)
             ex.load_host_states(ckpt.hosts)
             writer = RunWriter(run_dir, None, sc.output.tensorboard, rows=ckpt.rows,
                                purge_step=ckpt.round + 1)
+            writer.selected = dict(ckpt.selected)
+            writer.class_names = tuple(world.dataset.class_names)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
         return _loop(sc, world, ex, writer, first, wall_before, progress)
     finally:
@@ -144,7 +147,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     def save_checkpoint(t: int) -> None:
         checkpoint.save(writer.path, checkpoint.Checkpoint(
             t, digest, ex.server_state(), ex.host_states(), list(writer.rows),
-            wall_before + time.perf_counter() - t0), sc.output.keep_checkpoints)
+            wall_before + time.perf_counter() - t0, dict(writer.selected)),
+            sc.output.keep_checkpoints)
 
     with StopOnInterrupt() as stop:
         def on_round(row: dict[str, Any]) -> bool:
@@ -169,6 +173,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
         save_checkpoint(last)
     state = ex.server_state()
     writer.write_devices(devices_table(world.population, state["obs"]))
+    writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
     writer.write_summary(summary)
     writer.close()

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class Checkpoint:
     hosts: dict[int, Any]
     rows: list[dict[str, Any]]
     wall_seconds: float
+    selected: dict[int, Any] = field(default_factory=dict)  # round -> selected ids (pictures)
 
 
 def scenario_digest(config: dict[str, Any]) -> str:

@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
+    cmp_ = sub.add_parser("compare", help="compare runs: one table and an accuracy-vs-GiB plot")
+    cmp_.add_argument("runs", nargs="+", help="run directories, or folders of run directories")
+    cmp_.add_argument("--out", default="comparison",
+                      help="folder for comparison.md/.parquet and accuracy_vs_gib.png")
+    cmp_.add_argument("--budget", type=float, default=None,
+                      help="communication budget B in GiB to mark (default: from the runs)")
     return parser
 
 
@@ -49,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "compare":
+            return _compare(args)
         return _run(args)
     except Interrupted as exc:
         print(f"raymm: {exc}", file=sys.stderr)
@@ -67,6 +75,19 @@ def _validate(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario, args.overrides)
     print(f"{args.scenario}: valid scenario {sc.name!r} (method={sc.method}, "
           f"{sc.population.devices} devices, {sc.rounds} rounds, dataset {sc.dataset_name})")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from raymm.compare import compare
+
+    df, png = compare(args.runs, args.out, args.budget)
+    with pd.option_context("display.max_columns", 12, "display.width", 160,
+                           "display.float_format", "{:.4g}".format):
+        print(df.iloc[:, :12].to_string(index=False))
+    print(f"table: {png.parent / 'comparison.md'} (and .parquet); plot: {png}")
     return 0
 
 

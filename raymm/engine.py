@@ -16,6 +16,7 @@ import numpy as np
 from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
+from raymm.messages import RoundPlan
 from raymm.population import Population
 from raymm.server import Policies
 
@@ -53,7 +54,9 @@ class Executor(Protocol):
 
     def poll(self, t: int) -> Any: ...
 
-    def plan(self, t: int, reports: Any) -> Any: ...
+    def plan(self, t: int, reports: Any) -> tuple[RoundPlan, Any]:
+        """The plan (a value: it is small) and the broadcast (a value or a future)."""
+        ...
 
     def train(self, t: int, planned: Any) -> Any: ...
 
@@ -88,6 +91,7 @@ def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
     if is_eval_round(t, sc):
         stats.update(ex.get(ex.evaluate(t)))
     stats["wall_seconds"] = time.perf_counter() - wall0
+    stats["_selected"] = planned[0].selected  # for the availability picture, not the tables
     return stats
 
 

@@ -74,6 +74,9 @@ class RunWriter:
         were logged after the checkpoint and are now run again)."""
         self.path = path
         self.rows: list[dict[str, Any]] = list(rows or [])
+        self.selected: dict[int, np.ndarray] = {}
+        self.class_names: tuple[str, ...] = ()
+        self.budget_gib: float | None = None
         if config is not None:
             atomic_write_bytes(path / "config.yaml",
                                yaml.safe_dump(config, sort_keys=False).encode())
@@ -84,14 +87,79 @@ class RunWriter:
             self.tb = SummaryWriter(log_dir=str(path), purge_step=purge_step)
 
     def log_round(self, row: dict[str, Any]) -> None:
+        """Keys starting with "_" carry arrays for pictures (selected ids, a confusion matrix):
+        they are drawn or kept aside, never written to the tables."""
+        selected = row.pop("_selected", None)
+        if selected is not None:
+            self.selected[int(row["round"])] = np.asarray(selected)
+        confusion = row.pop("_confusion", None)
         self.rows.append(row)
         if self.tb is None:
             return
         t = int(row["round"])
+        if confusion is not None:
+            self._eval_images(t, np.asarray(confusion))
         for key, value in row.items():
             tag = TB_TAGS.get(key) or _dynamic_tag(key)
             if tag and isinstance(value, (int, float)) and math.isfinite(float(value)):
                 self.tb.add_scalar(tag, float(value) / (GIB if key == "bytes_total" else 1.0), t)
+
+    # --- pictures ----------------------------------------------------------------------------
+    def start_pictures(self, population: Any, dataset: Any, rounds: int) -> None:
+        """Partition and availability pictures, and the custom-scalars layout (once per run)."""
+        self.class_names = tuple(dataset.class_names) or tuple(
+            str(c) for c in range(dataset.num_classes))
+        if self.tb is None:
+            return
+        from raymm import visuals
+
+        self.tb.add_custom_scalars(CUSTOM_SCALARS)
+        ids = np.arange(min(population.n, visuals.MAX_ROWS))
+        counts = np.stack([np.bincount(dataset.train.y[population.indices(int(i))],
+                                       minlength=dataset.num_classes) for i in ids])
+        self.tb.add_image("partition/labels_per_device",
+                          visuals.to_image(visuals.label_heatmap(counts, self.class_names)),
+                          0, dataformats="HWC")
+        tiers = ["+".join(t) for t in population.tier_sensors]
+        self.tb.add_image("partition/sensors_per_device", visuals.to_image(
+            visuals.sensor_matrix(population.sensor_mask, population.sensors, tiers,
+                                  population.tier)), 0, dataformats="HWC")
+        self.tb.add_image("availability/online_timeline", visuals.to_image(
+            visuals.availability_timeline(self.online_grid(population, ids, rounds))),
+            0, dataformats="HWC")
+
+    @staticmethod
+    def online_grid(population: Any, ids: np.ndarray, rounds: int) -> np.ndarray:
+        return np.stack([population.online(t, ids) for t in range(1, rounds + 1)], axis=1)
+
+    def end_pictures(self, population: Any, rounds: int) -> None:
+        """The availability timeline with the devices actually selected each round."""
+        if self.tb is None or not self.rows:
+            return
+        from raymm import visuals
+
+        ids = np.arange(min(population.n, visuals.MAX_ROWS))
+        done = int(self.rows[-1]["round"])
+        online = self.online_grid(population, ids, done)
+        chosen = np.zeros_like(online)
+        for t, sel in self.selected.items():
+            if 1 <= t <= done:
+                chosen[np.intersect1d(sel, ids), t - 1] = True
+        self.tb.add_image("availability/online_and_selected", visuals.to_image(
+            visuals.availability_timeline(online, chosen & online)), done, dataformats="HWC")
+
+    def _eval_images(self, t: int, confusion: np.ndarray) -> None:
+        from raymm import visuals
+
+        assert self.tb is not None
+        evals = [r for r in self.rows if r.get("accuracy") is not None]
+        gib = np.array([r["bytes_total"] / GIB for r in evals])
+        acc = np.array([r["accuracy"] for r in evals])
+        self.tb.add_image("curves/accuracy_vs_GiB", visuals.to_image(
+            visuals.accuracy_vs_traffic({"this run": (gib, acc)}, self.budget_gib)), t,
+            dataformats="HWC")
+        self.tb.add_image("evaluation/confusion_matrix", visuals.to_image(
+            visuals.confusion(confusion, self.class_names)), t, dataformats="HWC")
 
     def add_text(self, tag: str, text: str) -> None:
         if self.tb is not None:
@@ -114,6 +182,25 @@ class RunWriter:
         if self.tb is not None:
             self.tb.close()
 
+
+CUSTOM_SCALARS = {
+    "Accuracy": {
+        "all sensors": ["Multiline", [r"accuracy/.*"]],
+        "per tier (inputs restricted to the tier's sensors)": ["Multiline", [r"accuracy_tier/.*"]],
+        "per sensor alone": ["Multiline", [r"accuracy_sensor/.*"]],
+    },
+    "Traffic": {
+        "bytes per round": ["Multiline", [r"traffic/bytes_(up|down)"]],
+        "cumulative GiB": ["Multiline", [r"traffic/cumulative_GiB"]],
+    },
+    "Time": {
+        "seconds per round": ["Multiline", [r"time/.*"]],
+    },
+    "Selection": {
+        "devices": ["Multiline", [r"devices/.*"]],
+        "faults": ["Multiline", [r"faults/.*"]],
+    },
+}
 
 TB_TAGS = {
     "accuracy": "accuracy/all_sensors",

@@ -133,12 +133,15 @@ class Server:
                                "repeated, or more than k")
 
     # --- evaluation -----------------------------------------------------------------------
-    def evaluate(self, t: int) -> dict[str, float]:
+    def evaluate(self, t: int) -> dict[str, Any]:
         """Global model on the pooled test split: all sensors, each tier's sensors, each sensor."""
         self.layout.load(self.model, self.params)
         split, bs = self.dataset.test, self.sc.eval.batch_size
         full = evaluate_subset(self.model, split, self.sensors, bs)
-        out = {"accuracy": full.accuracy, "test_loss": full.loss}
+        c = self.dataset.num_classes
+        out: dict[str, Any] = {"accuracy": full.accuracy, "test_loss": full.loss,
+                               "_confusion": np.bincount(split.y * c + full.predictions,
+                                                         minlength=c * c).reshape(c, c)}
         for ts in dict.fromkeys(self.tier_sensors):
             out[f"acc_tier/{subset_name(ts)}"] = evaluate_subset(self.model, split, ts,
                                                                  bs).accuracy

@@ -1,0 +1,58 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from raymm.api import run
+from raymm.cli import main
+from raymm.compare import compare, find_runs
+from raymm.errors import RaymmError
+
+from helpers import tiny_scenario
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    for seed in (1, 2):
+        run(tiny_scenario(seed=seed, rounds=4, **{"output.tensorboard": True,
+                                                   "eval.every": 2}), out=out)
+    return out
+
+
+def test_compare_writes_table_and_plot(two_runs, tmp_path, capsys):
+    runs = find_runs([two_runs])
+    assert len(runs) == 2
+    df, png = compare([two_runs], tmp_path / "cmp", budget=0.001)
+    assert df["seed"].tolist() == [1, 2] and df.columns[0] == "run"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (tmp_path / "cmp" / "comparison.md").read_text().splitlines()
+    assert md[0].startswith("| run | method | seed") and len(md) == 4
+    assert pd.read_parquet(tmp_path / "cmp" / "comparison.parquet").shape[0] == 2
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path / "c2")]) == 0
+    assert "comparison.md" in capsys.readouterr().out
+
+
+def test_compare_rejects_non_runs(tmp_path, capsys):
+    with pytest.raises(RaymmError, match="neither a run directory"):
+        find_runs([tmp_path])
+    assert main(["compare", str(tmp_path)]) == 2
+
+
+def test_tensorboard_pictures_and_layout(two_runs):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = find_runs([two_runs])[0]
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    acc.Reload()
+    images = set(acc.Tags()["images"])
+    assert {"partition/labels_per_device", "partition/sensors_per_device",
+            "availability/online_timeline", "availability/online_and_selected",
+            "curves/accuracy_vs_GiB", "evaluation/confusion_matrix"} <= images
+    assert [e.step for e in acc.Images("evaluation/confusion_matrix")] == [2, 4]
+    img = acc.Images("partition/labels_per_device")[0]
+    assert img.width > 200 and img.height > 200
+    assert {"scenario/text_summary", "custom_scalars__config__"} <= set(acc.Tags()["tensors"])
+    # the confusion matrix adds up to the test set (kept out of the tables)
+    rounds = pd.read_parquet(run_dir / "rounds.parquet")
+    assert not any(c.startswith("_") for c in rounds.columns)
+    assert np.isfinite(rounds["accuracy"].dropna()).all()
