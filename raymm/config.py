@@ -33,8 +33,11 @@ class Strict(BaseModel):
 class TierSpec(Strict):
     """Devices sharing one sensor set. Give `count` or `fraction` (of the population)."""
 
+    #: sensors these devices hold (a subset of the dataset's sensors)
     sensors: list[str] = Field(min_length=1)
+    #: number of devices in this tier
     count: int | None = Field(default=None, ge=0)
+    #: share of the population in this tier (largest-remainder rounding)
     fraction: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
@@ -47,9 +50,14 @@ class TierSpec(Strict):
 class AvailabilitySpec(Strict):
     """A periodic availability pattern: online when (t + phase) mod period < online."""
 
+    #: always; business_hours = 40 of every 60 rounds; overnight = 20 of every 40;
+    #: custom = period/online
     pattern: Literal["always", "business_hours", "overnight", "custom"] = "always"
+    #: share of devices following this pattern (assigned independently of sensors)
     fraction: float = Field(default=1.0, ge=0, le=1)
+    #: D, the period in rounds (custom only)
     period: int | None = Field(default=None, ge=1)
+    #: d, online rounds per period, d ≤ D (custom only)
     online: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
@@ -74,47 +82,76 @@ class HardwareSpec(Strict):
     """A hardware profile; `jitter` spreads each device's speed and bandwidths by ±jitter
     (uniform, drawn per device)."""
 
+    #: label shown in devices.parquet
     name: str = "default"
+    #: share of devices with this profile
     fraction: float = Field(default=1.0, ge=0, le=1)
+    #: compute speed; simulated training time = epochs × samples × FLOPs per sample / speed
     gflops: float = Field(default=5.0, gt=0)
+    #: uplink bandwidth (Mbit/s)
     up_mbps: float = Field(default=10.0, gt=0)
+    #: downlink bandwidth (Mbit/s)
     down_mbps: float = Field(default=50.0, gt=0)
+    #: each device's speed and bandwidths vary by ±jitter around the profile
     jitter: float = Field(default=0.0, ge=0, lt=1)
 
 
 class PartitionSpec(Strict):
+    #: dirichlet label skew, iid, or one device per data group (e.g. subject)
     kind: Literal["dirichlet", "iid", "by_group"] = "dirichlet"
+    #: Dirichlet concentration (smaller = more skewed labels)
     alpha: float = Field(default=0.5, gt=0)
+    #: devices below this are topped up from the largest devices
     min_samples: int = Field(default=2, ge=1)
 
 
 class PopulationSpec(Strict):
+    #: number of simulated devices N
     devices: int = Field(default=20, ge=1)
+    #: sensor tiers (default: one tier holding every sensor)
     tiers: list[TierSpec] | None = None
+    #: availability patterns and their shares
     availability: list[AvailabilitySpec] = Field(default_factory=lambda: [AvailabilitySpec()])
+    #: hardware profiles and their shares
     hardware: list[HardwareSpec] = Field(default_factory=lambda: [HardwareSpec()])
+    #: how the training split is divided over devices
     partition: PartitionSpec = PartitionSpec()
 
 
 class ModelSpec(Strict):
     """Per-sensor encoders, a fusion layer and a task head (see raymm.models)."""
 
+    #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for images
     encoder: Literal["auto", "mlp", "cnn1d", "cnn2d"] = "auto"
+    #: per-sensor encoder kind, overriding `encoder`
     encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d"]] = Field(default_factory=dict)
+    #: embedding size of each sensor encoder
     embed_dim: int = Field(default=32, ge=1)
+    #: hidden width of MLP encoders
     hidden: int = Field(default=64, ge=1)
+    #: concat = fusion layer + task head (group `shared`); sum_logits = late fusion by
+    #: summing per-sensor heads
     fusion: Literal["concat", "sum_logits"] = "concat"
+    #: size of the fused representation z
     fusion_dim: int = Field(default=64, ge=1)
+    #: give each sensor its own classification head (in its group)
     aux_heads: bool = False
+    #: a device-local residual adapter on z that never leaves the device
     adapter: bool = False
 
 
 class TrainingSpec(Strict):
+    #: local epochs per selected device per round
     local_epochs: int = Field(default=1, ge=1)
+    #: local minibatch size
     batch_size: int = Field(default=32, ge=1)
+    #: local learning rate
     lr: float = Field(default=0.05, gt=0)
+    #: local optimizer (fresh each round)
     optimizer: Literal["sgd", "adam"] = "sgd"
+    #: SGD momentum
     momentum: float = Field(default=0.0, ge=0, lt=1)
+    #: L2 weight decay
     weight_decay: float = Field(default=0.0, ge=0)
     #: what a selected device trains and uploads: every group (plain FedAvg on a multimodal
     #: model) or only the groups of the sensors it holds plus `shared` (pod-wise methods).
@@ -134,20 +171,29 @@ class PolicySpec(BaseModel):
 
 
 class SelectionSpec(PolicySpec):
+    #: selection policy (see Policies below)
     name: str = "random"
+    #: K, devices selected per round (at most)
     k: int = Field(default=10, ge=1)
 
 
 class ActorSpec(Strict):
+    #: CPUs each DeviceActor asks Ray for (fractions allowed)
     num_cpus: float = Field(default=1.0, ge=0)
+    #: GPUs each DeviceActor asks for; 0.1 packs ten actors per GPU
     num_gpus: float = Field(default=0.0, ge=0)
+    #: custom Ray resources each DeviceActor asks for
     resources: dict[str, float] = Field(default_factory=dict)
+    #: times Ray restarts a DeviceActor that died
     max_restarts: int = Field(default=3, ge=0)
 
 
 class ExecutionSpec(Strict):
+    #: serial (in-process reference) or ray
     executor: Literal["serial", "ray"] = "ray"
+    #: devices hosted by each DeviceActor; auto = as many actors as the cluster fits
     devices_per_actor: int | Literal["auto"] = "auto"
+    #: resources of each DeviceActor
     actor: ActorSpec = ActorSpec()
     #: address of an existing cluster ("auto" reads RAY_ADDRESS); None starts a local Ray.
     address: str | None = None
@@ -156,15 +202,20 @@ class ExecutionSpec(Strict):
 
 
 class EvalSpec(Strict):
+    #: evaluate every N rounds (and after the last round)
     every: int = Field(default=1, ge=1)
+    #: evaluation batch size
     batch_size: int = Field(default=2048, ge=1)
 
 
 class OutputSpec(Strict):
+    #: parent folder of run directories
     dir: str = "runs"
+    #: write TensorBoard events and pictures
     tensorboard: bool = True
     #: write a checkpoint every N rounds (0: only on Ctrl-C); `raymm run --resume DIR` continues
     checkpoint_every: int = Field(default=0, ge=0)
+    #: how many newest checkpoints to keep
     keep_checkpoints: int = Field(default=2, ge=1)
 
 
@@ -186,22 +237,41 @@ class FaultSpec(Strict):
 
 
 class Scenario(Strict):
+    """A whole simulation: data, devices, model, policies, execution and output."""
+
+    #: run name (the run directory is <name>-<timestamp>)
     name: str = Field(min_length=1)
+    #: every random draw derives from it
     seed: int = 0
+    #: number of rounds
     rounds: int = Field(ge=1)
+    #: a preset name (fedavg, fedprox, …) whose values this scenario overrides
     method: str | None = None
+    #: free text
     description: str = ""
+    #: `name` of a registered dataset plus its parameters (see docs/data.md)
     dataset: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
+    #: the simulated devices
     population: PopulationSpec = PopulationSpec()
+    #: the multimodal model
     model: ModelSpec = ModelSpec()
+    #: local training
     training: TrainingSpec = TrainingSpec()
+    #: who trains each round
     selection: SelectionSpec = SelectionSpec()
+    #: how updates combine
     aggregation: PolicySpec = PolicySpec(name="fedavg")
+    #: which parameter groups are active each round
     schedule: PolicySpec = PolicySpec(name="joint")
+    #: the local loss
     objective: PolicySpec = PolicySpec(name="ce")
+    #: where devices run
     execution: ExecutionSpec = ExecutionSpec()
+    #: evaluation
     eval: EvalSpec = EvalSpec()
+    #: run directory and checkpoints
     output: OutputSpec = OutputSpec()
+    #: deterministic fault injection
     faults: FaultSpec = FaultSpec()
 
     @property

@@ -22,6 +22,9 @@ def weighted_mean(rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 @AGGREGATORS.register("fedavg")
 class FedAvg(StatelessAggregator):
+    """Sample-weighted mean of each group over the devices that sent it (FedAvg; intra-pod
+    merging when devices upload only their sensors' groups)."""
+
     def __init__(self, params: object) -> None:
         self.params = params
 

@@ -21,6 +21,8 @@ class CEParams(BaseModel):
 
 @OBJECTIVES.register("ce")
 class CrossEntropy:
+    """Cross-entropy of the task head; FedProx's proximal term when mu > 0."""
+
     Params = CEParams
 
     def __init__(self, params: CEParams) -> None:

@@ -9,6 +9,8 @@ from raymm.registry import SCHEDULES
 
 @SCHEDULES.register("joint")
 class Joint:
+    """Every parameter group trains every round; every online device may be selected."""
+
     def __init__(self, params: object) -> None:
         self.params = params
 
