@@ -212,30 +212,41 @@ def _uci_zip_root(path: Path) -> Iterator[Path]:
     """Extract just the needed members into a temp folder. The UCI download wraps the original
     `UCI HAR Dataset.zip` inside another zip, so one level of nesting is opened too."""
     try:
-        zf = zipfile.ZipFile(path)
-        prefix = _uci_zip_prefix(zf)
-        if prefix is None:
-            inner = [n for n in zf.namelist() if n.lower().endswith(".zip")
+        with zipfile.ZipFile(path) as outer:
+            zf, prefix = outer, _uci_zip_prefix(outer)
+            inner = [n for n in outer.namelist() if n.lower().endswith(".zip")
                      and not n.startswith("__MACOSX")]
-            if len(inner) == 1:
-                zf = zipfile.ZipFile(io.BytesIO(zf.read(inner[0])))
+            if prefix is None and len(inner) == 1:
+                zf = zipfile.ZipFile(io.BytesIO(outer.read(inner[0])))
                 prefix = _uci_zip_prefix(zf)
-        if prefix is None:
-            raise DataError(f"{path}: no '{_UCI_TOP}/train/y_train.txt' inside; "
-                            f"not the UCI-HAR zip")
-        with zf, tempfile.TemporaryDirectory(prefix="raymm-uci-") as tmp:
-            wanted = _uci_members() + (["activity_labels.txt"]
-                                       if prefix + "activity_labels.txt" in zf.namelist() else [])
-            for rel in wanted:
-                if prefix + rel not in zf.namelist():
-                    raise DataError(f"{path}: member '{prefix + rel}' missing")
-                dest = Path(tmp) / rel  # our own path, never the member name (no zip-slip)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(prefix + rel) as r, open(dest, "wb") as w:
-                    shutil.copyfileobj(r, w)
-            yield Path(tmp)
+            if prefix is None:
+                raise DataError(f"{path}: no '{_UCI_TOP}/train/y_train.txt' inside; "
+                                f"not the UCI-HAR zip")
+            tmp = Path(tempfile.mkdtemp(prefix="raymm-uci-"))
+            _extract_uci(zf, prefix, tmp, path)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
         raise DataError(f"{path}: unreadable zip ({type(e).__name__}: {e})") from e
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _extract_uci(zf: zipfile.ZipFile, prefix: str, tmp: Path, path: Path) -> None:
+    names = set(zf.namelist())
+    wanted = _uci_members() + (["activity_labels.txt"]
+                               if prefix + "activity_labels.txt" in names else [])
+    try:
+        for rel in wanted:
+            if prefix + rel not in names:
+                raise DataError(f"{path}: member '{prefix + rel}' missing")
+            dest = tmp / rel  # our own path, never the member name (no zip-slip)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(prefix + rel) as r, open(dest, "wb") as w:
+                shutil.copyfileobj(r, w)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _uci_arrays(root: Path, shown: str) -> Arrays:
@@ -531,8 +542,7 @@ _AVE_SPLIT_FILES = {"train": "trainSet.txt", "valid": "valSet.txt", "test": "tes
 
 def _ave_rows(path: Path) -> list[tuple[str, str, float, float]]:
     """`Category&VideoID&Quality&StartTime&EndTime` lines (the header is skipped)."""
-    require = path.is_file()
-    if not require:
+    if not path.is_file():
         raise DataError(f"{path}: file not found")
     rows = []
     for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -741,9 +751,9 @@ def convert_cmu_mosei(src: Path, *, classes: int = 2, keep_time: bool = False,
         group = ([group_ids[v] for v in ids] if have_ids else np.arange(offset, offset + n))
         offset += n
         parts[sp] = {"x": r["x"], "y": r["y"], "group": group, "id": ids}
+    rule = ("1 if sentiment >= 0 else 0" if classes == 2 else
+            "clip(round_half_even(sentiment), -3, 3) + 3")
     meta = _meta(source=str(path), converter="cmu-mosei", classes=classes, keep_time=keep_time,
-                 labels=mosei_labels.__doc__.split("\n")[0] if classes == 2 else
-                 "round(clip(sentiment, -3, 3)) + 3", pooling="none" if keep_time else
-                 "mean over time steps that are not all zero",
-                 groups="video id" if have_ids else "one per sample")
+                 labels=rule, groups="video id" if have_ids else "one per sample",
+                 pooling="none" if keep_time else "mean over time steps that are not all zero")
     return _split_arrays(tuple(MOSEI_SENSORS), MOSEI_CLASS_NAMES[classes], parts, meta)
