@@ -19,6 +19,7 @@ from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
 from raymm.host import HostSpec
+from raymm.metrics import RunTracker, summary_metrics
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
@@ -83,14 +84,17 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence
         writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text() + "```")
         writer.write_devices(devices_table(world.population))
         bar = _progress(sc, progress)
+        tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience)
 
-        def on_round(row: dict[str, Any]) -> None:
+        def on_round(row: dict[str, Any]) -> bool:
+            stop = tracker.update(row)
             writer.log_round(row)
             if is_eval_round(row["round"], sc):
                 writer.flush_rounds()
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(_postfix(writer.rows), refresh=False)
+            return stop
 
         import time
 
@@ -166,6 +170,7 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
         "mean_online": float(np.mean([r["online"] for r in rows])) if rows else 0.0,
     }
     for k, v in final.items():
-        if k.startswith(("acc_tier/", "acc_sensor/")):
+        if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")):
             summary[f"final_{k}"] = v
+    summary.update(summary_metrics(rows, sc.eval.budget_gib))
     return summary

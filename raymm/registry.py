@@ -45,6 +45,9 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def get(self, name: str) -> type:
+        return self._classes[name]
+
     def params_model(self, name: str) -> type[BaseModel]:
         return self._classes[name].Params  # type: ignore[no-any-return]
 

@@ -56,9 +56,14 @@ def _check_policies(sc: Scenario) -> list[str]:
                             f"of: {', '.join(registry.names())}")
             continue
         try:
-            policy_params(sc, section)
+            params = policy_params(sc, section)
         except ValidationError as exc:
             problems += [f"{section}.{p}" for p in format_validation_error(exc)]
+            continue
+        # optional hook: a policy's own cross-field rules (e.g. a loss that needs aux heads)
+        check = getattr(registry.get(spec.name), "check_scenario", None)
+        if check is not None:
+            problems += check(params, sc)
     return problems
 
 
