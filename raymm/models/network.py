@@ -63,6 +63,12 @@ class MultimodalNet(nn.Module):
                                          nn.ReLU(), nn.Linear(spec.fusion_dim // 2,
                                                               spec.fusion_dim)) \
                 if spec.adapter else None
+            if self.adapter is not None:
+                # residual adapter starts as the identity (z' = z): a random A(z) would shift the
+                # representation the shared head is trained on away from the adapter-free one
+                # the global model is evaluated with, for every device, from round 1
+                nn.init.zeros_(self.adapter[2].weight)
+                nn.init.zeros_(self.adapter[2].bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
 
