@@ -26,6 +26,7 @@ from raymm.engine import Executor, World, is_eval_round, run_rounds
 from raymm.errors import Interrupted, RaymmError, ResumeError
 from raymm.faults import fault_seed
 from raymm.host import HostSpec
+from raymm.metrics import RunTracker, summary_metrics
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
@@ -142,6 +143,9 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
           wall_before: float, progress: bool) -> RunResult:
     bar = _progress(sc, progress, first - 1)
     digest = checkpoint.scenario_digest(sc.to_dict())
+    tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience)
+    for row in writer.rows:  # a resumed run replays its history (best so far, patience)
+        tracker.update(row)
     t0 = time.perf_counter()
 
     def save_checkpoint(t: int) -> None:
@@ -152,6 +156,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
 
     with StopOnInterrupt() as stop:
         def on_round(row: dict[str, Any]) -> bool:
+            early_stop = tracker.update(row)
             writer.log_round(row)
             t = row["round"]
             every = sc.output.checkpoint_every
@@ -162,7 +167,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(_postfix(writer.rows), refresh=False)
-            return stop.requested
+            return stop.requested or early_stop
 
         last = run_rounds(ex, sc, first, on_round)
     if bar is not None:
@@ -262,6 +267,7 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
         "mean_online": float(np.mean([r["online"] for r in rows])) if rows else 0.0,
     }
     for k, v in final.items():
-        if k.startswith(("acc_tier/", "acc_sensor/")):
+        if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")):
             summary[f"final_{k}"] = v
+    summary.update(summary_metrics(rows, sc.eval.budget_gib))
     return summary

@@ -41,13 +41,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
-    cmp_ = sub.add_parser("compare", help="compare runs: one table and an accuracy-vs-GiB plot")
-    cmp_.add_argument("runs", nargs="+", help="run directories, or folders of run directories")
-    cmp_.add_argument("--out", default="comparison",
-                      help="folder for comparison.md/.parquet and accuracy_vs_gib.png")
-    cmp_.add_argument("--budget", type=float, default=None,
-                      help="communication budget B in GiB to mark (default: from the runs)")
+    sw = sub.add_parser("sweep", help="run scenarios over seeds and write a comparison table")
+    sw.add_argument("scenarios", nargs="+", help="scenario YAML files")
+    sw.add_argument("--seeds", type=int, nargs="*", default=[],
+                    help="seeds to run each scenario with (default: each scenario's own)")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override applied to every scenario (repeatable)")
+    sw.add_argument("--out", default="sweeps", help="folder for runs/ and comparison.{parquet,md}")
+    sw.add_argument("--executor", choices=["serial", "ray"], default=None)
+    _add_budget_args(sw)
+    cmp = sub.add_parser("compare", help="compare finished runs: one table and an "
+                                          "accuracy-vs-GiB plot")
+    cmp.add_argument("run_dirs", nargs="+",
+                     help="run directories, or folders of run directories (a sweep's runs/)")
+    cmp.add_argument("--out", default="comparison",
+                     help="folder for comparison.{parquet,md} and accuracy_vs_gib.png")
+    _add_budget_args(cmp)
     return parser
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--budget-gib", type=float, default=None, help="budget B for Acc@B (GiB)")
+    g.add_argument("--budget-from", default=None, metavar="SCENARIO_NAME",
+                   help="B = mean total traffic of this scenario's runs (the paper's choice)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
-        if args.command == "compare":
-            return _compare(args)
+        if args.command in ("sweep", "compare"):
+            return _sweep(args)
         return _run(args)
     except Interrupted as exc:
         print(f"raymm: {exc}", file=sys.stderr)
@@ -78,19 +95,6 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from raymm.compare import compare
-
-    df, png = compare(args.runs, args.out, args.budget)
-    with pd.option_context("display.max_columns", 12, "display.width", 160,
-                           "display.float_format", "{:.4g}".format):
-        print(df.iloc[:, :12].to_string(index=False))
-    print(f"table: {png.parent / 'comparison.md'} (and .parquet); plot: {png}")
-    return 0
-
-
 def _run(args: argparse.Namespace) -> int:
     from raymm.api import run
 
@@ -105,6 +109,25 @@ def _run(args: argparse.Namespace) -> int:
           f"{acc if acc is None else f'{acc:.4f}'}, best {s['best_accuracy']:.4f}, "
           f"{s['gib_total'] * 1024:.2f} MiB traffic, {s['wall_seconds']:.1f} s wall")
     print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from raymm.sweep import compare, run_sweep, write_comparison
+
+    if args.command == "sweep":
+        comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
+                         args.budget_gib, args.budget_from,
+                         progress=not os.environ.get("RAYMM_NO_PROGRESS"))
+        print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
+    else:
+        from raymm.compare import find_runs
+
+        comp = compare(find_runs(args.run_dirs), args.budget_gib, args.budget_from)
+        write_comparison(comp, args.out)
+        print(f"comparison written to {args.out}/comparison.{{parquet,md}} and "
+              f"{args.out}/accuracy_vs_gib.png")
+    print(comp.markdown, end="")
     return 0
 
 

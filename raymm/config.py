@@ -206,6 +206,10 @@ class EvalSpec(Strict):
     every: int = Field(default=1, ge=1)
     #: evaluation batch size
     batch_size: int = Field(default=2048, ge=1)
+    #: communication budget B in GiB for Acc@B and Acc@B/2 (None: not reported)
+    budget_gib: float | None = Field(default=None, gt=0)
+    #: stop after this many evaluations without a new best accuracy (None: never)
+    early_stop_patience: int | None = Field(default=None, ge=1)
 
 
 class OutputSpec(Strict):

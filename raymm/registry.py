@@ -45,7 +45,7 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def policy_class(self, name: str) -> type:
+    def get(self, name: str) -> type:
         return self._classes[name]
 
     def params_model(self, name: str) -> type[BaseModel]:

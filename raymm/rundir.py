@@ -219,6 +219,11 @@ TB_TAGS = {
     "actors_killed": "faults/actors_killed",
     "sim_seconds": "time/sim_seconds_per_round",
     "wall_seconds": "time/wall_seconds_per_round",
+    "best_accuracy": "accuracy/best",
+    "acc_at_budget": "accuracy/at_budget",
+    "acc_at_half_budget": "accuracy/at_half_budget",
+    "tier_f1": "robustness/tier_f1",
+    "worst_drop": "robustness/worst_drop",
 }
 
 
@@ -227,5 +232,6 @@ def _dynamic_tag(key: str) -> str | None:
     prefix, _, rest = key.partition("/")
     if not rest:
         return None
-    return {"acc_tier": "accuracy_tier", "acc_sensor": "accuracy_sensor"}.get(prefix,
+    return {"acc_tier": "accuracy_tier", "acc_sensor": "accuracy_sensor",
+            "acc_head": "accuracy_head", "acc_drop": "robustness_drop"}.get(prefix,
                                                                              prefix) + "/" + rest

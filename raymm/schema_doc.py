@@ -117,7 +117,7 @@ def _policy_params() -> list[str]:
                          ("schedule", SCHEDULES), ("objective", OBJECTIVES)):
         for name in reg.names():
             params = reg.params_model(name)
-            cls = reg.policy_class(name)
+            cls = reg.get(name)
             out += [f"## `{section}: {{name: {name}}}`", "", own_doc(cls).split("\n\n")[0],
                     ""]
             notes = attr_docs(params)

@@ -19,6 +19,7 @@ from raymm.data.base import Dataset
 from raymm.evaluation import evaluate_subset, subset_name
 from raymm.faults import stragglers
 from raymm.local import build_model
+from raymm.metrics import robustness_metrics
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan, merge_results
 from raymm.models import LOCAL, GroupLayout
 from raymm.observations import Observations
@@ -148,6 +149,8 @@ class Server:
         if len(self.sensors) > 1:
             for m in self.sensors:
                 out[f"acc_sensor/{m}"] = evaluate_subset(self.model, split, (m,), bs).accuracy
+        out.update(robustness_metrics(self.model, split, self.sensors, self.tier_sensors, bs,
+                                      self.dataset.num_classes, full.accuracy))
         return out
 
     # --- checkpoints ----------------------------------------------------------------------

@@ -36,7 +36,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     except ValidationError as exc:
         sc = None
         problems += format_validation_error(exc)
-    problems += _check_policies(merged)
+    problems += _check_policies(merged, sc)
     sensors = _check_dataset(merged.get("dataset"), problems)
     pop = merged.get("population") if isinstance(merged.get("population"), dict) else {}
     if sensors is not None:
@@ -74,7 +74,9 @@ def policy_params(sc: Scenario, section: str) -> BaseModel:
     return registry.params_model(spec.name)(**spec.params())
 
 
-def _check_policies(merged: Mapping[str, Any]) -> list[str]:
+def _check_policies(merged: Mapping[str, Any], sc: Scenario | None) -> list[str]:
+    """Names and parameters of every policy section; then each policy's own cross-field rules
+    (an optional `check_scenario(params, scenario)` hook), once the schema itself is valid."""
     problems = []
     defaults = Scenario.model_fields
     for section, registry in POLICY_SECTIONS.items():
@@ -88,11 +90,16 @@ def _check_policies(merged: Mapping[str, Any]) -> list[str]:
             problems.append(f"{section}.name: unknown {registry.kind} {name!r}; choose one "
                             f"of: {', '.join(registry.names())}")
             continue
-        params = {k: v for k, v in spec.items() if k not in ("name", "k")}
+        raw_params = {k: v for k, v in spec.items() if k not in ("name", "k")}
         try:
-            registry.params_model(name)(**params)
+            params = registry.params_model(name)(**raw_params)
         except ValidationError as exc:
             problems += [f"{section}.{p}" for p in format_validation_error(exc)]
+            continue
+        # optional hook: a policy's own cross-field rules (e.g. a loss that needs aux heads)
+        check = getattr(registry.get(name), "check_scenario", None)
+        if check is not None and sc is not None:
+            problems += check(params, sc)
     return problems
 
 

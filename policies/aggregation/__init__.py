@@ -1,3 +1,3 @@
 """Aggregation policies (how updates combine)."""
 
-from policies.aggregation import fedavg, trimmed_mean  # noqa: F401
+from policies.aggregation import fedavg, tide, trimmed_mean  # noqa: F401

@@ -29,6 +29,9 @@ class ModelOutput:
     z: Tensor | None                 # [B, F] fused representation (None for logit fusion)
     embeddings: dict[str, Tensor]    # sensor -> [B, E]
     sensor_logits: dict[str, Tensor]  # sensor -> [B, C] (per-sensor heads, when present)
+    #: fused representation before the device-local adapter (`z` is after it); what TIDE's
+    #: prototypes live on, since the global model is evaluated without the adapter
+    z_base: Tensor | None = None
 
 
 class MultimodalNet(nn.Module):
@@ -60,6 +63,12 @@ class MultimodalNet(nn.Module):
                                          nn.ReLU(), nn.Linear(spec.fusion_dim // 2,
                                                               spec.fusion_dim)) \
                 if spec.adapter else None
+            if self.adapter is not None:
+                # residual adapter starts as the identity (z' = z): a random A(z) would shift the
+                # representation the shared head is trained on away from the adapter-free one
+                # the global model is evaluated with, for every device, from round 1
+                nn.init.zeros_(self.adapter[2].weight)
+                nn.init.zeros_(self.adapter[2].bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
 
@@ -71,10 +80,9 @@ class MultimodalNet(nn.Module):
             logits = sum(sensor_logits[m] * present[:, j:j + 1]
                          for j, m in enumerate(self.sensors))
             return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
-        z = self.fusion(torch.cat([emb[m] for m in self.sensors], dim=1))
-        if use_adapter and self.adapter is not None:
-            z = z + self.adapter(z)
-        return ModelOutput(self.head(z), z, emb, sensor_logits)
+        z_base = self.fusion(torch.cat([emb[m] for m in self.sensors], dim=1))
+        z = z_base + self.adapter(z_base) if use_adapter and self.adapter is not None else z_base
+        return ModelOutput(self.head(z), z, emb, sensor_logits, z_base)
 
     def group_of(self, param_name: str) -> str:
         """The travelling group a parameter (named as in named_parameters) belongs to."""

@@ -4,8 +4,9 @@ import pytest
 
 from raymm.api import run
 from raymm.cli import main
-from raymm.compare import compare, find_runs
+from raymm.compare import find_runs
 from raymm.errors import RaymmError
+from raymm.sweep import compare, write_comparison
 
 from helpers import tiny_scenario
 
@@ -22,14 +23,17 @@ def two_runs(tmp_path_factory):
 def test_compare_writes_table_and_plot(two_runs, tmp_path, capsys):
     runs = find_runs([two_runs])
     assert len(runs) == 2
-    df, png = compare([two_runs], tmp_path / "cmp", budget=0.001)
-    assert df["seed"].tolist() == [1, 2] and df.columns[0] == "run"
+    comp = compare(runs, budget_gib=0.001)
+    write_comparison(comp, tmp_path / "cmp")
+    assert [r["seed"] for r in comp.runs] == [1, 2]
+    png = tmp_path / "cmp" / "accuracy_vs_gib.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    md = (tmp_path / "cmp" / "comparison.md").read_text().splitlines()
-    assert md[0].startswith("| run | method | seed") and len(md) == 4
+    md = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert md.startswith("B = 0.001 GiB") and "| tiny | 2 |" in md  # 2 seeds in one row
     assert pd.read_parquet(tmp_path / "cmp" / "comparison.parquet").shape[0] == 2
-    assert main(["compare", *map(str, runs), "--out", str(tmp_path / "c2")]) == 0
-    assert "comparison.md" in capsys.readouterr().out
+    assert main(["compare", str(two_runs), "--out", str(tmp_path / "c2")]) == 0
+    assert "accuracy_vs_gib.png" in capsys.readouterr().out
+    assert (tmp_path / "c2" / "accuracy_vs_gib.png").exists()
 
 
 def test_compare_rejects_non_runs(tmp_path, capsys):

@@ -1,0 +1,182 @@
+"""TIDE's local objective: L_task + µ L_prox + λ_cs L_cs + λ_p L_p + λ_h L_h, modality dropout,
+and the per-device reports the server needs (class means of z for prototypes; aux-head losses
+for evidence-weighted merging).
+
+Choices where the spec is open or differs from the paper:
+- L_prox = µ·||θ - θ[t]||² as the spec writes it (no ½, unlike the `ce` objective's FedProx),
+  over the trained global groups only: the device-local adapter has no global value.
+- "Sensors the device holds" for L_h and L_cs means the held sensors whose input is present in
+  the batch: a batch where modality dropout zeroed a sensor leaves that sensor out of L_h and of
+  every L_cs pair, because a zero-input branch carries no signal (the spec's reason for L_cs = 0
+  on single-sensor devices). In every other batch this is exactly the held set.
+- L_p and the reported class means use z before the residual adapter (`ModelOutput.z_base`):
+  prototypes describe the global fused representation, which is evaluated without the adapter.
+Everything is written with masks, not data-dependent branches, so it can be vmapped later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from raymm.models import MultimodalNet
+from raymm.policy import LossInputs
+from raymm.registry import OBJECTIVES
+
+#: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
+#: zero weight times the loss stays zero (an infinite logit would give NaN gradients)
+NO_PROTOTYPE_LOGIT = -1e4
+
+
+class TideObjectiveParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mu: float = Field(default=0.01, ge=0)
+    lambda_cs: float = Field(default=0.1, ge=0)
+    lambda_p: float = Field(default=0.1, ge=0)
+    lambda_h: float = Field(default=0.3, ge=0)
+    kappa_c: float = Field(default=0.3, gt=0)
+    kappa_p: float = Field(default=0.3, gt=0)
+    #: share of batches in which one random held sensor is zeroed (devices with ≥ 2 sensors)
+    dropout: float = Field(default=0.2, ge=0, le=1)
+    #: train the device-local residual adapter (needs model.adapter: true)
+    adapter: bool = True
+    #: report each held sensor's aux-head loss (for evidence-weighted merging)
+    report_aux_loss: bool = False
+
+
+def batch_presence(present: Tensor) -> Tensor:
+    """[M] float: 1 for a sensor present in every sample of the batch."""
+    return present.amin(dim=0)
+
+
+def aux_head_loss(sensor_logits: dict[str, Tensor], y: Tensor, present: Tensor) -> Tensor:
+    """L_h: mean cross-entropy of the auxiliary heads of the sensors present in the batch."""
+    per = torch.stack([F.cross_entropy(sensor_logits[m], y) for m in sensor_logits])
+    w = batch_presence(present)
+    return (per * w).sum() / w.sum().clamp(min=1.0)
+
+
+def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float) -> Tensor:
+    """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ."""
+    omega = F.normalize(ea, dim=1) @ F.normalize(eb, dim=1).T / kappa
+    target = torch.arange(omega.shape[0])
+    return 0.5 * (F.cross_entropy(omega, target) + F.cross_entropy(omega.T, target))
+
+
+def cross_sensor_loss(embeddings: dict[str, Tensor], present: Tensor, kappa: float) -> Tensor:
+    """L_cs: mean of the pair losses over pairs of sensors both present in the batch; 0 when
+    fewer than two are (a single-sensor device)."""
+    names = list(embeddings)
+    w_s = batch_presence(present)
+    total = present.new_zeros(())
+    weight = present.new_zeros(())
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            w = w_s[a] * w_s[b]
+            total = total + w * info_nce_pair(embeddings[names[a]], embeddings[names[b]], kappa)
+            weight = weight + w
+    return total / weight.clamp(min=1.0)
+
+
+def prototype_loss(z: Tensor, y: Tensor, prototypes: Tensor, mask: Tensor,
+                   kappa: float) -> Tensor:
+    """L_p: -mean_j log softmax_y(cos(z_j, p_y)/κ)[y_j], the softmax over the classes that have a
+    prototype (`mask`), the mean over samples whose class has one."""
+    logits = F.normalize(z, dim=1) @ F.normalize(prototypes, dim=1).T / kappa
+    logits = logits.masked_fill(mask[None, :] <= 0, NO_PROTOTYPE_LOGIT)
+    per = F.cross_entropy(logits, y, reduction="none")
+    w = mask[y]
+    return (per * w).sum() / w.sum().clamp(min=1.0)
+
+
+def prox_global(trainable: dict[str, Tensor], anchor: dict[str, Tensor]) -> Tensor:
+    """||θ - θ[t]||² over the trained parameters that have a global value (not the adapter)."""
+    terms = [((p - anchor[n]) ** 2).sum() for n, p in trainable.items()
+             if not n.startswith("adapter.")]
+    return torch.stack(terms).sum()
+
+
+@OBJECTIVES.register("tide")
+class TideObjective:
+    Params = TideObjectiveParams
+
+    def __init__(self, params: TideObjectiveParams) -> None:
+        self.p = params
+        self.uses_adapter = params.adapter
+
+    @staticmethod
+    def check_scenario(params: TideObjectiveParams, scenario: Any) -> list[str]:
+        """Cross-field rules checked before anything runs (a device that raises mid-run would
+        only be counted as failed)."""
+        problems = []
+        if not scenario.model.aux_heads and (params.lambda_h > 0 or params.report_aux_loss):
+            problems.append("objective.lambda_h/report_aux_loss: the auxiliary-head loss needs "
+                            "model.aux_heads: true (or set lambda_h: 0, report_aux_loss: false)")
+        if params.adapter and not scenario.model.adapter:
+            problems.append("objective.adapter: needs model.adapter: true (or adapter: false)")
+        if scenario.model.fusion != "concat" and (params.lambda_p > 0 or params.adapter):
+            problems.append("objective: prototypes and the adapter need model.fusion: concat")
+        return problems
+
+    def loss(self, inp: LossInputs) -> Tensor:
+        p, out = self.p, inp.out
+        loss = F.cross_entropy(out.logits, inp.y)
+        if p.mu > 0:
+            loss = loss + p.mu * prox_global(inp.trainable, inp.anchor)
+        if p.lambda_h > 0:
+            loss = loss + p.lambda_h * aux_head_loss(out.sensor_logits, inp.y, inp.present)
+        if p.lambda_cs > 0:
+            loss = loss + p.lambda_cs * cross_sensor_loss(out.embeddings, inp.present, p.kappa_c)
+        if p.lambda_p > 0 and "prototypes" in inp.extras:
+            assert out.z_base is not None
+            loss = loss + p.lambda_p * prototype_loss(
+                out.z_base, inp.y, inp.extras["prototypes"], inp.extras["prototype_mask"],
+                p.kappa_p)
+        return loss
+
+    def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
+                sensors: tuple[str, ...], gen: torch.Generator) -> tuple[dict[str, Tensor], Tensor]:
+        """Modality dropout: with probability `dropout`, zero one held sensor (uniformly
+        chosen) in this batch. Both draws are made for every batch of a multi-sensor device, so
+        the stream never depends on an earlier outcome. Inputs are not mutated."""
+        if len(held) < 2 or self.p.dropout <= 0:
+            return xb, present
+        draw = float(torch.rand((), generator=gen))
+        pick = int(torch.randint(len(held), (), generator=gen))
+        if draw >= self.p.dropout:
+            return xb, present
+        m = held[pick]
+        out = dict(xb)
+        out[m] = torch.zeros_like(xb[m])
+        keep = torch.ones(present.shape[1])
+        keep[sensors.index(m)] = 0.0
+        return out, present * keep
+
+    @torch.no_grad()
+    def device_extras(self, model: MultimodalNet, xs: dict[str, Tensor], y: Tensor,
+                      held_t: Tensor, use_adapter: bool) -> dict[str, np.ndarray]:
+        """After local training, on the device's whole dataset: per-class mean of z (float32
+        [C, F]) and class counts (int32 [C]) when prototypes are on; each sensor's aux-head
+        loss (float32 [M], NaN for sensors not held) when asked for."""
+        p = self.p
+        if p.lambda_p <= 0 and not p.report_aux_loss:
+            return {}
+        out = model(xs, held_t.expand(y.shape[0], -1), use_adapter=use_adapter)
+        extras: dict[str, np.ndarray] = {}
+        if p.lambda_p > 0:
+            assert out.z_base is not None
+            onehot = F.one_hot(y, out.logits.shape[1]).to(out.z_base.dtype)   # [n, C]
+            counts = onehot.sum(dim=0)
+            means = onehot.T @ out.z_base / counts.clamp(min=1.0)[:, None]
+            extras["class_means"] = means.numpy().astype(np.float32)
+            extras["class_counts"] = counts.numpy().astype(np.int32)
+        if p.report_aux_loss:
+            losses = [float(F.cross_entropy(out.sensor_logits[m], y)) if h > 0 else np.nan
+                      for m, h in zip(out.sensor_logits, held_t.tolist())]
+            extras["aux_loss"] = np.asarray(losses, dtype=np.float32)
+        return extras

@@ -1,0 +1,144 @@
+"""Sweeps: run a list of scenarios over seeds, and tabulate finished runs side by side.
+
+Generic over methods: a run enters the table through its run directory (summary.json and
+rounds.parquet) only. Acc@B is recomputed from each run's rounds for one common budget B, so B
+can be fixed after the fact, e.g. as the paper does, as one method's mean total traffic
+(`budget_from`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raymm.errors import ScenarioError
+from raymm.metrics import acc_at_budget
+from raymm.rundir import atomic_write_bytes, atomic_write_table
+
+#: per-run columns of the comparison table
+COLUMNS = ("scenario", "seed", "method", "final", "acc_at_budget", "acc_at_half_budget",
+           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "rounds_completed",
+           "best_round", "wall_seconds_per_round", "run_dir")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    runs: list[dict[str, Any]]      # one record per run (COLUMNS)
+    budget_gib: float | None
+    markdown: str
+
+
+def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
+    """One table row from a finished run directory; Acc@B recomputed for `budget_gib`."""
+    d = Path(run_dir)
+    summary = json.loads((d / "summary.json").read_text())
+    rows = pq.read_table(d / "rounds.parquet").to_pylist()
+    rec = {k: summary.get(k) for k in COLUMNS}
+    rec.update(scenario=summary["name"], final=summary.get("best_accuracy"), run_dir=str(d))
+    if budget_gib is not None:
+        rec["acc_at_budget"] = acc_at_budget(rows, budget_gib)
+        rec["acc_at_half_budget"] = acc_at_budget(rows, budget_gib / 2)
+    return rec
+
+
+def resolve_budget(records: list[dict[str, Any]], budget_gib: float | None,
+                   budget_from: str | None) -> float | None:
+    """B: given, or the mean total traffic of the runs of scenario `budget_from`."""
+    if budget_gib is not None or budget_from is None:
+        return budget_gib
+    spent = [r["gib_total"] for r in records if r["scenario"] == budget_from]
+    if not spent:
+        names = sorted({r["scenario"] for r in records})
+        raise ScenarioError([f"--budget-from: no run of scenario {budget_from!r}; the runs are "
+                             f"of: {', '.join(names)}"])
+    return float(np.mean(spent))
+
+
+def compare(run_dirs: Sequence[str | Path], budget_gib: float | None = None,
+            budget_from: str | None = None) -> Comparison:
+    """Tabulate finished runs (first with each run's own budget, then with the common B)."""
+    records = [run_record(d, None) for d in run_dirs]
+    budget = resolve_budget(records, budget_gib, budget_from)
+    if budget is not None:
+        records = [run_record(d, budget) for d in run_dirs]
+    return Comparison(records, budget, to_markdown(records, budget))
+
+
+def _pct(values: list[Any], scale: float = 100.0, digits: int = 2) -> str:
+    vals = [float(v) * scale for v in values if v is not None and not
+            (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "–"
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f}"
+    return f"{np.mean(vals):.{digits}f} ± {np.std(vals, ddof=1):.{digits}f}"
+
+
+def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
+    """Mean ± sample std over seeds per scenario (in the order first seen)."""
+    head = ("| scenario | seeds | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
+            "| worst sensor | GiB | rounds | s/round |")
+    lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set", "", head,
+             "|" + "---|" * 11]
+    for name in dict.fromkeys(r["scenario"] for r in records):
+        rs = [r for r in records if r["scenario"] == name]
+        col = lambda k: [r.get(k) for r in rs]  # noqa: E731
+        sensors = ", ".join(sorted({str(s) for s in col("worst_drop_sensor") if s}))
+        lines.append(
+            f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('acc_at_budget'))} | "
+            f"{_pct(col('acc_at_half_budget'))} | {_pct(col('tier_f1'), 1.0, 3)} | "
+            f"{_pct(col('worst_drop'))} | {sensors or '–'} | {_pct(col('gib_total'), 1.0, 3)} "
+            f"| {_pct(col('rounds_completed'), 1.0, 0)} | "
+            f"{_pct(col('wall_seconds_per_round'), 1.0, 3)} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_comparison(comp: Comparison, out: str | Path) -> tuple[Path, Path]:
+    """`comparison.parquet` (one row per run), `comparison.md` and `accuracy_vs_gib.png` (the
+    budget B and B/2 marked) under `out`."""
+    from raymm.compare import plot_runs
+
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    table = pa.table({c: [r.get(c) for r in comp.runs] for c in COLUMNS})
+    if comp.budget_gib is not None:
+        table = table.append_column("budget_gib", pa.array([comp.budget_gib] * len(comp.runs)))
+    atomic_write_table(d / "comparison.parquet", table)
+    atomic_write_bytes(d / "comparison.md", comp.markdown.encode())
+    plot_runs([Path(r["run_dir"]) for r in comp.runs], comp.budget_gib, d / "accuracy_vs_gib.png")
+    return d / "comparison.parquet", d / "comparison.md"
+
+
+def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
+              overrides: Sequence[str] = (), out: str | Path = "sweeps",
+              executor: str | None = None, budget_gib: float | None = None,
+              budget_from: str | None = None, progress: bool = False) -> Comparison:
+    """Run every scenario for every seed (its own seed if `seeds` is empty), one after the
+    other, under `out/runs/`, then write the comparison table under `out/`.
+
+    Every scenario is validated before the first run starts, so a typo in the last one does
+    not cost the hours spent on the others.
+    """
+    from raymm.api import load_scenario, run
+
+    seed_sets = [[f"seed={s}"] for s in seeds] or [[]]
+    for path in scenarios:
+        for extra in seed_sets:
+            load_scenario(path, [*overrides, *extra])
+    run_dirs = []
+    for path in scenarios:
+        for extra in seed_sets:
+            result = run(path, [*overrides, *extra], out=Path(out) / "runs", executor=executor,
+                         progress=progress)
+            run_dirs.append(result.run_dir)
+    comp = compare(run_dirs, budget_gib, budget_from)
+    write_comparison(comp, out)
+    return comp
