@@ -123,3 +123,16 @@ def test_driver_killed_or_interrupted_then_resumed(tmp_path, sig):
     assert 2 <= done <= 40
     res = run(resume=run_dir)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+def test_resume_tide_with_prototypes_and_adapters(tmp_path):
+    """TIDE keeps server prototypes (aggregator state) and per-device adapters (device state):
+    both must come back exactly."""
+    raw = tiny_scenario(method="tide", rounds=7, **{
+        "eval.every": 2, "output.checkpoint_every": 3, "selection": {"name": "tide", "k": 5},
+        "aggregation": {"name": "tide", "warmup": 2}})
+    ref = run(raw, out=tmp_path)
+    ck = load(ref.run_dir)
+    assert ck.hosts and ck.server["aggregator"]["prototypes"] is not None
+    res = resume_from_round_3(tmp_path, ref)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
