@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from raymm.data_cli import add_data_parser, run_data
 from raymm.errors import Interrupted, RaymmError
 
 EXIT_USAGE = 2
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
+    add_data_parser(sub)
     sw = sub.add_parser("sweep", help="run scenarios over seeds and write a comparison table")
     sw.add_argument("scenarios", nargs="+", help="scenario YAML files")
     sw.add_argument("--seeds", type=int, nargs="*", default=[],
@@ -72,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "data":
+            return run_data(args)
         if args.command in ("sweep", "compare"):
             return _sweep(args)
         return _run(args)

@@ -51,7 +51,8 @@ class Converter:
     fn: Callable[..., Arrays]
 
     def options(self) -> tuple[str, ...]:
-        return tuple(p for p in inspect.signature(self.fn).parameters if p not in ("src", "progress"))
+        params = inspect.signature(self.fn).parameters
+        return tuple(p for p in params if p not in ("src", "progress"))
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
         raise RaymmError(f"prepare {name}: {flags} does not apply; it takes {takes}")
     source = Path(src).expanduser()
     if not source.exists():
-        raise DataError(f"prepare {name}: --from path not found: {source} (expected {conv.expects})")
+        raise DataError(f"prepare {name}: --from path not found: {source} "
+                        f"(expected {conv.expects})")
     dest = Path(out).expanduser() if out is not None else resolve_data_path(conv.default_file)
     if dest.is_dir():
         dest = dest / conv.default_file
@@ -276,6 +278,10 @@ def convert_uci_har(src: Path, *, progress: bool = False) -> Arrays:
     """Official UCI-HAR (folder or zip, nested zip too) -> the `har` loader's npz layout."""
     if src.is_dir():
         root = _uci_folder(src)
+        missing = [rel for rel in _uci_members() if not (root / rel).is_file()]
+        if missing:
+            raise DataError(f"{root}: '{missing[0]}' missing ({len(missing)} of the "
+                            f"{len(_uci_members())} files needed)")
         return _uci_arrays(root, str(root))
     with _uci_zip_root(src) as root:
         return _uci_arrays(root, f"{src}:")
@@ -373,7 +379,8 @@ def _natural(p: Path) -> list:
 
 
 def frame_files(frame_dirs: Sequence[Path], clip: str) -> list[Path]:
-    """The clip's frames in natural order (frame2 before frame10), from the first folder that has any."""
+    """The clip's frames in natural order (frame2 before frame10), from the first folder
+    that has any."""
     for d in frame_dirs:
         c = d / clip
         if c.is_dir():
@@ -388,7 +395,8 @@ def _no_frames_error(root: Path, videos: Path, ext: str) -> DataError:
     have = videos.is_dir() and any(videos.glob(f"*{ext}"))
     found = f"found {videos.name}/*{ext} but " if have else ""
     return DataError(
-        f"{root}: {found}no pre-extracted frames ({' or '.join(d + '/<clip>/' for d in _FRAME_DIRS)}"
+        f"{root}: {found}no pre-extracted frames "
+        f"({' or '.join(d + '/<clip>/' for d in _FRAME_DIRS)}"
         f"); raymm does not decode video. Extract them with ffmpeg, e.g. in {root}: "
         f"for f in {videos.name}/*{ext}; do c=$(basename \"$f\" {ext}); mkdir -p \"frames/$c\"; "
         f"ffmpeg -loglevel error -i \"$f\" -vf fps=1 \"frames/$c/%03d.jpg\"; done")
@@ -439,7 +447,8 @@ def _clip_features(clip: _Clip, frame_dirs: Sequence[Path], opt: _AvOptions,
         mid = (start + end) / 2
     frames = frame_files(frame_dirs, clip.id)
     if not frames:
-        raise DataError(f"{clip.id}: no frames in {' or '.join(str(d / clip.id) for d in frame_dirs)}")
+        where = " or ".join(str(d / clip.id) for d in frame_dirs)
+        raise DataError(f"{clip.id}: no frames in {where}")
     # frames are taken to cover the clip evenly; for a plain clip this is the middle file
     idx = min(len(frames) - 1, int(mid / duration * len(frames))) if duration > 0 else 0
     return logmel(wave, sr), read_image(frames[idx], opt.image_size, opt.rgb)
