@@ -1,16 +1,24 @@
-"""DeviceActor: one Ray actor hosting one or more simulated devices (a `DeviceHost`)."""
+"""DeviceActor: one Ray actor hosting one or more simulated devices (a `DeviceHost`).
+
+An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
+actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import ray
+import torch
 
+from actors.packing import choose_torch_device
 from raymm.data.base import Dataset
-from raymm.host import DeviceHost, HostSpec
+from raymm.host import HostSpec
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
+from raymm.vectorised import make_host
 
 
 @ray.remote
@@ -21,7 +29,11 @@ class DeviceActor:
         # here) instead of pinning them as constructor arguments
         pop: Population = ray.get(population[0])
         data: Dataset = ray.get(dataset[0])
-        self.host = DeviceHost(device_ids, pop, data, spec)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device, why = choose_torch_device(self.gpu_ids, torch.cuda.is_available())
+        if why:
+            logging.getLogger("raymm.actors").warning(why)
+        self.host = make_host(device_ids, pop, data, spec, self.device)
 
     def report_online(self, t: int) -> OnlineReport:
         return self.host.report_online(t)
@@ -36,7 +48,10 @@ class DeviceActor:
         self.host.load_state_dict(state)
 
     def placement(self) -> dict[str, Any]:
-        """Where Ray put this actor: node id and the GPU ids it was given."""
+        """Where Ray put this actor: node id and address, the GPU ids it was given, the torch
+        device it trains on, and how many simulated devices it hosts."""
         ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "devices": int(self.host.ids.shape[0])}
+        return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+                "gpu_ids": self.gpu_ids, "torch_device": self.device,
+                "devices": int(self.host.ids.shape[0]),
+                "first_device": int(self.host.ids[0]) if self.host.ids.shape[0] else -1}

@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
+    from raymm import bench
+
+    bench.build_parser(sub.add_parser(
+        "bench", help="the standard workload on raymm next to the bare loop (steady s/round)",
+        description=bench.__doc__.split("\n")[0]))
     return parser
 
 
@@ -42,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "bench":
+            from raymm import bench
+
+            bench.main(args)
+            return 0
         return _run(args)
     except RaymmError as exc:
         print(f"raymm: {exc}", file=sys.stderr)

@@ -98,8 +98,12 @@ class PopulationSpec(Strict):
 class ModelSpec(Strict):
     """Per-sensor encoders, a fusion layer and a task head (see raymm.models)."""
 
-    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d"] = "auto"
-    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d"]] = Field(default_factory=dict)
+    #: `identity` passes a sensor's flattened input on as its embedding (no parameters): with
+    #: one sensor, fusion + head is then the plain MLP `Linear(D, fusion_dim) -> ReLU ->
+    #: Linear(fusion_dim, C)` of the standard benchmark workload.
+    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d", "identity"] = "auto"
+    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d", "identity"]] = Field(
+        default_factory=dict)
     embed_dim: int = Field(default=32, ge=1)
     hidden: int = Field(default=64, ge=1)
     fusion: Literal["concat", "sum_logits"] = "concat"
@@ -120,6 +124,12 @@ class TrainingSpec(Strict):
     upload: Literal["all", "held"] = "all"
     #: torch intra-op threads per training process; 1 keeps results bit-identical everywhere.
     threads: int = Field(default=1, ge=1)
+    #: train a host's selected devices in lock-step with torch.func (raymm.vectorised) instead
+    #: of one after another; falls back to sequential (logged) for objectives that do not opt in
+    vectorise: bool = False
+    #: at most this many devices per lock-step program (bounds memory; results do not depend
+    #: on it)
+    vectorise_chunk: int = Field(default=512, ge=1)
 
 
 class PolicySpec(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from raymm.engine import World
-from raymm.host import DeviceHost
+from raymm.vectorised import make_host
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.server import Server
 
@@ -31,7 +31,7 @@ class SerialExecutor:
         n = world.population.n
         per = self.devices_per_host or n
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
-        self.hosts = [DeviceHost(ids, world.population, world.dataset, world.host_spec)
+        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec)
                       for ids in pack_devices(n, per)]
 
     def poll(self, t: int) -> list[OnlineReport]:

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, prox_term
+from raymm.policy import LossInputs, prox_term, sample_mean
 from raymm.registry import OBJECTIVES
 
 
@@ -20,12 +20,19 @@ class CEParams(BaseModel):
 class CrossEntropy:
     Params = CEParams
     uses_adapter = False
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
+    #: train many devices at once with it
+    vectorisable = True
 
     def __init__(self, params: CEParams) -> None:
         self.mu = params.mu
 
     def loss(self, inp: LossInputs) -> Tensor:
-        loss = F.cross_entropy(inp.out.logits, inp.y)
+        if inp.weight is None:
+            loss = F.cross_entropy(inp.out.logits, inp.y)
+        else:
+            loss = sample_mean(F.cross_entropy(inp.out.logits, inp.y, reduction="none"),
+                               inp.weight)
         if self.mu > 0:
             loss = loss + 0.5 * self.mu * prox_term(inp)
         return loss
