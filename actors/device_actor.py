@@ -14,6 +14,7 @@ import ray
 import torch
 
 from actors.packing import choose_torch_device
+from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
@@ -25,6 +26,7 @@ from raymm.vectorised import make_host
 class DeviceActor:
     def __init__(self, device_ids: np.ndarray, population: list[ray.ObjectRef],
                  dataset: list[ray.ObjectRef], spec: HostSpec) -> None:
+        keep_freed_memory()
         # shared objects arrive wrapped in a list, so Ray passes the reference (zero-copy get
         # here) instead of pinning them as constructor arguments
         pop: Population = ray.get(population[0])

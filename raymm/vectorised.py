@@ -146,12 +146,18 @@ class VectorisedTrainer:
         self.objective = base.objective
         self.optim = FunctionalOptimizer(base.training)
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
+        self.start: Params = {}
+        self.received: dict[str, np.ndarray] = {}
 
     def train(self, requests: list[Request], rnd: int, broadcast: Broadcast
               ) -> dict[int, DeviceOutcome]:
         """Outcomes of every device whose bucket trained; devices of a bucket that raised are
         left out (the caller trains them sequentially) and the error is logged."""
-        self.layout.load(self.model, broadcast.params)  # frozen groups: the broadcast values
+        # the round's starting values, snapshotted: `device_extras` later loads each device's
+        # trained values into the shared module
+        self.layout.load(self.model, broadcast.params)
+        self.start = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.received = broadcast.params
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         out: dict[int, DeviceOutcome] = {}
@@ -159,7 +165,7 @@ class VectorisedTrainer:
             for start in range(0, len(bucket), self.chunk):
                 chunk = bucket[start:start + self.chunk]
                 try:
-                    out.update(self._train_chunk(chunk, rnd, broadcast, extras))
+                    out.update(self._train_chunk(chunk, rnd, extras))
                 except Exception as exc:  # noqa: BLE001 - those devices go sequential
                     log.warning("vectorised training of %d device(s) failed (%s: %s); they "
                                 "train sequentially", len(chunk), type(exc).__name__, exc)
@@ -174,22 +180,24 @@ class VectorisedTrainer:
         return [sorted(b, key=lambda r: r.device) for _, b in sorted(buckets.items())]
 
     # --- one lock-step program ------------------------------------------------------------
-    def _train_chunk(self, reqs: list[Request], rnd: int, broadcast: Broadcast,
-                     extras: dict[str, Tensor]) -> dict[int, DeviceOutcome]:
+    def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
+                     ) -> dict[int, DeviceOutcome]:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
             raise ValueError("no trainable parameters")
-        live = dict(self.model.named_parameters())
-        frozen = {n: p.detach() for n, p in live.items() if n not in names}
-        params = self._initial(reqs, names, live, use_adapter)
+        frozen = {n: p for n, p in self.start.items() if n not in names}
+        params = self._initial(reqs, names, self.start, use_adapter)
         anchor = dict(params)
         held = reqs[0].held
         held_names = tuple(m for m, h in zip(self.sensors, held) if h)
         held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
-        idx, weight, gens = self._batches(reqs, rnd)    # [G, T, B] global rows, [G, T, B]
+        gens = [seeding.torch_generator(base.seed, rnd, r.device, "batches") for r in reqs]
+        sizes = np.array([r.indices.shape[0] for r in reqs])
+        steps = -(-int(sizes[0]) // t.batch_size)
+        weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
         augment = getattr(self.objective, "augment", None)
         model, objective = self.model, self.objective
 
@@ -203,15 +211,17 @@ class VectorisedTrainer:
         step_fn = vmap(grad_and_value(loss_fn))
         state = self.optim.init(params)
         losses = []
-        for s in range(idx.shape[1]):
-            xb, present = self._inputs(idx[:, s], held, held_t)
-            y = base.train_y.index_select(0, idx[:, s].reshape(-1)).view(idx.shape[0], -1)
-            if augment is not None:
-                xb, present = self._augment(augment, xb, present, weight[:, s], held_names,
-                                            gens)
-            grads, loss = step_fn(params, anchor, xb, y, present, weight[:, s])
-            params, state = self.optim.step(params, grads, state)
-            losses.append(loss.detach())
+        for _ in range(t.local_epochs):
+            rows = self._epoch_rows(reqs, gens, sizes, steps)  # [G, steps, B] rows of the split
+            for s in range(steps):
+                xb, present = self._inputs(rows[:, s], held, held_t)
+                y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
+                if augment is not None:
+                    xb, present = self._augment(augment, xb, present, weight[:, s], held_names,
+                                                gens)
+                grads, loss = step_fn(params, anchor, xb, y, present, weight[:, s])
+                params, state = self.optim.step(params, grads, state)
+                losses.append(loss.detach())
         return self._outcomes(reqs, groups, params, torch.stack(losses, 1), use_adapter)
 
     def _initial(self, reqs: list[Request], names: list[str], live: dict[str, Tensor],
@@ -230,35 +240,26 @@ class VectorisedTrainer:
                 out[n] = local[:, slot.start:slot.stop].reshape((g,) + slot.shape).to(
                     self.base.device)
             else:
-                p = live[n].detach()
+                p = live[n]
                 out[n] = p.unsqueeze(0).expand((g,) + tuple(p.shape))
         return out
 
-    def _batches(self, reqs: list[Request], rnd: int
-                 ) -> tuple[Tensor, Tensor, list[torch.Generator]]:
-        """Every device's minibatch rows from its own `(seed, round, device, "batches")` stream,
-        as the sequential path draws them, padded to the batch size: rows [G, E*steps, B] into
-        the training split, weights (1 real, 0 padding), and the generators (which `augment`
-        goes on drawing from)."""
-        base, t = self.base, self.base.training
-        bs, epochs = t.batch_size, t.local_epochs
-        steps = -(-reqs[0].indices.shape[0] // bs)
-        width = steps * bs
-        rows = np.zeros((len(reqs), epochs, width), dtype=np.int64)
-        sizes = np.array([r.indices.shape[0] for r in reqs])
-        gens = []
-        for i, r in enumerate(reqs):
-            gen = seeding.torch_generator(base.seed, rnd, r.device, "batches")
+    def _epoch_rows(self, reqs: list[Request], gens: list[torch.Generator],
+                    sizes: np.ndarray, steps: int) -> Tensor:
+        """One epoch's minibatch rows of every device, drawn from its own
+        `(seed, round, device, "batches")` generator exactly as the sequential path draws them
+        (per epoch, after the previous epoch's augmentation draws), padded to the batch size."""
+        bs = self.base.training.batch_size
+        rows = np.zeros((len(reqs), steps * bs), dtype=np.int64)
+        for i, (r, gen) in enumerate(zip(reqs, gens)):
             n = int(sizes[i])
-            for e in range(epochs):
-                rows[i, e, :n] = r.indices[torch.randperm(n, generator=gen).numpy()]
-            gens.append(gen)
-        real = (np.arange(width)[None, :] < sizes[:, None]).astype(np.float32)
-        weight = np.broadcast_to(real[:, None, :], (len(reqs), epochs, width))
-        shape = (len(reqs), epochs * steps, bs)
-        rows_t = torch.from_numpy(rows.reshape(shape))
-        weight_t = torch.from_numpy(np.ascontiguousarray(weight).reshape(shape))
-        return rows_t.to(base.device), weight_t.to(base.device), gens
+            rows[i, :n] = r.indices[torch.randperm(n, generator=gen).numpy()]
+        return torch.from_numpy(rows.reshape(len(reqs), steps, bs)).to(self.base.device)
+
+    def _weights(self, sizes: np.ndarray, steps: int) -> Tensor:
+        bs = self.base.training.batch_size
+        real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
+        return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.device)
 
     def _inputs(self, rows: Tensor, held: np.ndarray, held_t: Tensor
                 ) -> tuple[dict[str, Tensor], Tensor]:
@@ -309,15 +310,17 @@ class VectorisedTrainer:
     def _device_extras(self, report: Callable[..., Any], r: Request,
                        updates: dict[str, np.ndarray], local: np.ndarray | None,
                        use_adapter: bool) -> dict[str, np.ndarray]:
+        """The module as the sequential path leaves it after training this device: the
+        round's values, the device's trained groups and its adapter."""
         base = self.base
+        self.layout.load(self.model, self.received)
         self.layout.load(self.model, updates)
         if use_adapter and local is not None:
             self.layout.load(self.model, {LOCAL: local})
         idx = torch.from_numpy(r.indices.astype(np.int64))
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
-        with torch.no_grad():
-            return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
-                               use_adapter))
+        return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
+                           use_adapter))
 
 
 # --------------------------------------------------------------------------- host
