@@ -8,9 +8,10 @@ the bare loop and the peak memory.
 
 How it measures (see `../shared/bench/workload.md`):
   * raymm's round time is the engine's wall time of the whole round: availability poll,
-    selection, broadcast, training, gathering, aggregation. raymm runs one extra round R+1 that
-    carries the final evaluation and is not counted, as the bare loop times its evaluation
-    outside its rounds.
+    selection, broadcast, training, gathering, aggregation. Both run R+1 rounds; raymm's round
+    R+1 carries the final evaluation and is not counted (steady = rounds 2..R), the bare loop
+    times its evaluation outside its rounds (steady = rounds 2..R+1). Final accuracies are
+    then both after R+1 rounds.
   * Peak memory: machine-wide `MemTotal - MemAvailable`, sampled every 20 ms, peak minus its
     value before the run (a multi-process run has no single max RSS); for the bare loop also its
     own max RSS. Other processes on a shared machine move this number: read it as approximate.
@@ -83,7 +84,7 @@ def steady(seconds: Sequence[float]) -> float:
 
 def run_bare(path: Path, n: int, k: int, rounds: int, seed: int) -> dict[str, Any]:
     cmd = [sys.executable, str(path), "--clients", str(n), "--per-round", str(k),
-           "--rounds", str(rounds), "--seed", str(seed)]
+           "--rounds", str(rounds + 1), "--seed", str(seed)]
     with MemorySampler() as mem:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -104,7 +105,7 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
                  f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
     with MemorySampler() as mem:
         res = run(SCENARIO, overrides, out=out, executor=executor)
-    walls = [r["wall_seconds"] for r in res.rows[:rounds]]
+    walls = [r["wall_seconds"] for r in res.rows[:rounds]]  # the last round evaluates
     return {"impl": f"raymm {mode}", "executor": executor, "steady_s": steady(walls),
             "round_seconds": [round(w, 4) for w in walls],
             "final_acc": res.summary["final_accuracy"], "peak_mb": mem.peak_mb}
@@ -132,6 +133,9 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
                    help="folder for the run directories and bench.json")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra scenario override for the raymm runs (repeatable)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run every implementation this many times, interleaved, and keep each "
+                        "one's fastest steady time (outside load only ever slows a run down)")
     return p
 
 
@@ -145,14 +149,23 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     modes = [m for m in args.modes.split(",") if m]
     rows: list[dict[str, Any]] = []
     for n, k in parse_sizes(args.sizes):
-        bare = run_bare(args.bare_loop, n, k, args.rounds, args.seed)
-        rows.append({"N": n, "K": k, **bare, "ratio": 1.0})
-        print(_line(rows[-1]), flush=True)
-        for mode in modes:
-            r = run_raymm(n, k, args.rounds, args.seed, mode, args.executor, args.out,
-                          args.overrides)
-            rows.append({"N": n, "K": k, **r, "ratio": r["steady_s"] / bare["steady_s"]})
-            print(_line(rows[-1]), flush=True)
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(args.repeat):
+            bare = run_bare(args.bare_loop, n, k, args.rounds, args.seed)
+            runs.setdefault("bare_loop", []).append(bare)
+            print(_line({"N": n, "K": k, **bare, "ratio": 1.0}), flush=True)
+            for mode in modes:
+                r = run_raymm(n, k, args.rounds, args.seed, mode, args.executor, args.out,
+                              args.overrides)
+                runs.setdefault(r["impl"], []).append(r)
+                print(_line({"N": n, "K": k, **r, "ratio": r["steady_s"] / bare["steady_s"]}),
+                      flush=True)
+        base = min(r["steady_s"] for r in runs["bare_loop"])
+        for impl, rs in runs.items():
+            best = min(rs, key=lambda r: r["steady_s"])
+            rows.append({"N": n, "K": k, **best, "ratio": best["steady_s"] / base,
+                         "steady_all": [r["steady_s"] for r in rs],
+                         "peak_mb": max(r["peak_mb"] for r in rs)})
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "time": time.ctime(),
             "rounds": args.rounds, "executor": args.executor}
