@@ -1,29 +1,43 @@
-"""DeviceActor: one Ray actor hosting one or more simulated devices (a `DeviceHost`)."""
+"""DeviceActor: one Ray actor hosting one or more simulated devices (a `DeviceHost`).
+
+An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
+actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import ray
+import torch
 
+from actors.packing import choose_torch_device
+from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
-from raymm.host import DeviceHost, HostSpec
+from raymm.host import HostSpec
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
+from raymm.vectorised import make_host
 
 
 @ray.remote
 class DeviceActor:
     def __init__(self, device_ids: np.ndarray, population: list[ray.ObjectRef],
                  dataset: list[ray.ObjectRef], spec: HostSpec) -> None:
+        keep_freed_memory()
         # shared objects arrive wrapped in a list, so Ray passes the reference (zero-copy get
         # here) instead of pinning them as constructor arguments
         pop: Population = ray.get(population[0])
         data: Dataset = ray.get(dataset[0])
-        self.host = DeviceHost(device_ids, pop, data, spec)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device, why = choose_torch_device(self.gpu_ids, torch.cuda.is_available())
+        if why:
+            logging.getLogger("raymm.actors").warning(why)
+        self.host = make_host(device_ids, pop, data, spec, self.device)
 
     def report_online(self, t: int) -> OnlineReport:
         return self.host.report_online(t)
@@ -31,14 +45,15 @@ class DeviceActor:
     @ray.method(num_returns=2)
     def train(self, plan: RoundPlan, broadcast: Broadcast,
               die: bool = False) -> tuple[dict[str, Any], HostResult]:
-        """Two objects: a small status for the driver (device-local states to keep safe) and
-        the result for the server. `die` is an injected fault: the process exits mid-round."""
+        """Two objects: a small status for the driver (this actor's selected devices and their
+        local states to keep safe) and the result for the server. `die` is an injected fault:
+        the process exits in the middle of the round."""
+        mine = self.host.selected(plan)
         if die:
-            mine = self.host.selected(plan)
             self.host.train(replace(plan, selected=mine[: mine.shape[0] // 2]), broadcast)
             os._exit(1)
         result = self.host.train(plan, broadcast)
-        return {"states": result.states}, replace(result, states={})
+        return {"selected": mine, "states": result.states}, replace(result, states={})
 
     def state_dict(self) -> dict[int, np.ndarray]:
         return self.host.state_dict()
@@ -47,7 +62,10 @@ class DeviceActor:
         self.host.load_state_dict(state)
 
     def placement(self) -> dict[str, Any]:
-        """Where Ray put this actor: node id and the GPU ids it was given."""
+        """Where Ray put this actor: node id and address, the GPU ids it was given, the torch
+        device it trains on, and how many simulated devices it hosts."""
         ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "devices": int(self.host.ids.shape[0])}
+        return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+                "gpu_ids": self.gpu_ids, "torch_device": self.device,
+                "devices": int(self.host.ids.shape[0]),
+                "first_device": int(self.host.ids[0]) if self.host.ids.shape[0] else -1}

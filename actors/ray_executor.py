@@ -57,6 +57,7 @@ class RayExecutor:
     def start(self, world: World) -> None:
         self._owns_ray = ensure_ray(self.execution)
         ex = self.execution
+        self.k = world.scenario.selection.k
         self.packing: Packing = plan_packing(world.population.n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
         self.faults = world.scenario.faults
@@ -78,47 +79,63 @@ class RayExecutor:
 
     def poll(self, t: int) -> list[Any]:
         refs = [a.report_online.remote(t) for a in self.actors]
-        reports = []
-        for i, ref in enumerate(refs):
-            try:
-                reports.append(ray.get(ref))
-            except RayError as exc:  # a dead actor's devices are simply not online
-                log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
-                self._revive(i)
-        return reports
+        try:
+            return ray.get(refs)
+        except RayError:  # some actor is dead: its devices are simply not online this round
+            reports = []
+            for i, ref in enumerate(refs):
+                try:
+                    reports.append(ray.get(ref))
+                except RayError as exc:
+                    log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
+                    self._revive(i)
+            return reports
 
     def plan(self, t: int, reports: list[Any]) -> tuple[Any, Any]:
         plan_ref, bcast_ref = self.server.plan.remote(t, *reports)
-        return ray.get(plan_ref), bcast_ref  # the plan is small: ids of the selected devices
+        return plan_ref, bcast_ref
 
-    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, np.ndarray, Any, Any]]:
-        plan, bcast_ref = planned
+    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any]]:
+        """One call per DeviceActor that has selected devices. When almost every actor has some
+        (at least 4 selected devices per actor: an actor is idle with probability below
+        e^-4), every actor is called with the plan's reference and the driver never waits for
+        the plan; an idle actor returns an empty result."""
+        plan_ref, bcast_ref = planned
         kills = host_kills(self.faults, self.fault_seed, t, len(self.actors))
+        if 4 * len(self.actors) <= self.k:
+            busy = list(range(len(self.actors)))
+        else:
+            plan = ray.get(plan_ref)  # small: ids of the selected devices
+            busy = [i for i, ids in enumerate(self.blocks) if np.isin(plan.selected, ids).any()]
         calls = []
-        for i, (actor, ids) in enumerate(zip(self.actors, self.blocks)):
-            mine = plan.selected[np.isin(plan.selected, ids)]
-            if mine.size:
-                status, result = actor.train.remote(plan, bcast_ref, bool(kills[i]))
-                calls.append((i, mine, status, result))
+        for i in busy:
+            status, result = self.actors[i].train.remote(plan_ref, bcast_ref, bool(kills[i]))
+            calls.append((i, status, result))
         return calls
 
     def aggregate(self, t: int, planned: tuple[Any, Any],
-                  calls: list[tuple[int, np.ndarray, Any, Any]]) -> dict[str, Any]:
+                  calls: list[tuple[int, Any, Any]]) -> dict[str, Any]:
+        """Collect the statuses (a dead actor is an error value: its selected devices are lost
+        this round and it is revived), then let the server aggregate the surviving results."""
+        plan_ref = planned[0]
         out = Trained([], [], 0)
-        for i, mine, status_ref, result_ref in calls:
+        for i, status_ref, result_ref in calls:
             try:
                 status = ray.get(status_ref)
-            except RayError as exc:  # the actor died mid-round: an error as a value
+            except RayError as exc:
                 log.warning("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
-                out.lost.append(mine)
+                plan = ray.get(plan_ref)
+                out.lost.append(plan.selected[np.isin(plan.selected, self.blocks[i])])
                 out.hosts_killed += 1
                 self._revive(i)
                 continue
             self.vault.update(status["states"])
-            out.results.append(result_ref)
-        stats = ray.get(self.server.aggregate.remote(t, planned[0], *out.results,
+            if status["selected"].size:
+                out.results.append(result_ref)
+        stats = ray.get(self.server.aggregate.remote(t, plan_ref, *out.results,
                                                      lost=out.lost_ids()))
         stats["actors_killed"] = out.hosts_killed
+        stats["_selected"] = ray.get(plan_ref).selected
         return stats
 
     def _revive(self, i: int) -> None:

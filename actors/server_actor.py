@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from actors.process import keep_freed_memory
 from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
@@ -18,6 +19,7 @@ from raymm.server import Policies, Server
 class ServerActor:
     def __init__(self, scenario: Scenario, dataset: list[ray.ObjectRef],
                  population: list[ray.ObjectRef], policies: Policies) -> None:
+        keep_freed_memory()
         data: Dataset = ray.get(dataset[0])
         pop: Population = ray.get(population[0])
         self.server = Server(scenario, data, pop, policies)

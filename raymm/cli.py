@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default="comparison",
                      help="folder for comparison.{parquet,md} and accuracy_vs_gib.png")
     _add_budget_args(cmp)
+    from raymm import bench
+
+    bench.build_parser(sub.add_parser(
+        "bench", help="the standard workload on raymm next to the bare loop (steady s/round)",
+        description=bench.__doc__.split("\n")[0]))
     return parser
 
 
@@ -78,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_data(args)
         if args.command in ("sweep", "compare"):
             return _sweep(args)
+        if args.command == "bench":
+            from raymm import bench
+
+            bench.main(args)
+            return 0
         return _run(args)
     except Interrupted as exc:
         print(f"raymm: {exc}", file=sys.stderr)

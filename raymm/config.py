@@ -121,10 +121,13 @@ class PopulationSpec(Strict):
 class ModelSpec(Strict):
     """Per-sensor encoders, a fusion layer and a task head (see raymm.models)."""
 
-    #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for images
-    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d"] = "auto"
+    #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for
+    #: images; identity passes the flattened input on as the embedding (no parameters: with
+    #: one sensor, fusion + head is the plain MLP of the standard benchmark workload)
+    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d", "identity"] = "auto"
     #: per-sensor encoder kind, overriding `encoder`
-    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d"]] = Field(default_factory=dict)
+    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d", "identity"]] = Field(
+        default_factory=dict)
     #: embedding size of each sensor encoder
     embed_dim: int = Field(default=32, ge=1)
     #: hidden width of MLP encoders
@@ -158,6 +161,12 @@ class TrainingSpec(Strict):
     upload: Literal["all", "held"] = "all"
     #: torch intra-op threads per training process; 1 keeps results bit-identical everywhere.
     threads: int = Field(default=1, ge=1)
+    #: train a host's selected devices in lock-step with torch.func (raymm.vectorised) instead
+    #: of one after another; falls back to sequential (logged) for objectives that do not opt in
+    vectorise: bool = False
+    #: at most this many devices per lock-step program (bounds memory; results do not depend
+    #: on it)
+    vectorise_chunk: int = Field(default=512, ge=1)
 
 
 class PolicySpec(BaseModel):

@@ -16,7 +16,6 @@ import numpy as np
 from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
-from raymm.messages import RoundPlan
 from raymm.population import Population
 from raymm.server import Policies
 
@@ -54,13 +53,13 @@ class Executor(Protocol):
 
     def poll(self, t: int) -> Any: ...
 
-    def plan(self, t: int, reports: Any) -> tuple[RoundPlan, Any]:
-        """The plan (a value: it is small) and the broadcast (a value or a future)."""
-        ...
+    def plan(self, t: int, reports: Any) -> Any: ...
 
     def train(self, t: int, planned: Any) -> Any: ...
 
-    def aggregate(self, t: int, planned: Any, results: Any) -> Any: ...
+    def aggregate(self, t: int, planned: Any, results: Any) -> Any:
+        """The round's statistics; `_selected` carries the selected ids (for pictures)."""
+        ...
 
     def evaluate(self, t: int) -> Any: ...
 
@@ -91,7 +90,6 @@ def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
     if is_eval_round(t, sc):
         stats.update(ex.get(ex.evaluate(t)))
     stats["wall_seconds"] = time.perf_counter() - wall0
-    stats["_selected"] = planned[0].selected  # for the availability picture, not the tables
     return stats
 
 

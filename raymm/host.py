@@ -36,12 +36,13 @@ class HostSpec:
 
 class DeviceHost:
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
-                 spec: HostSpec) -> None:
+                 spec: HostSpec, device: str = "cpu") -> None:
         torch.set_num_threads(spec.training.threads)
         self.ids = np.sort(np.asarray(device_ids, dtype=np.int64))
         self.pop = population
         self.spec = spec
-        self.trainer = LocalTrainer(dataset, spec.model, spec.training, spec.objective, spec.seed)
+        self.trainer = LocalTrainer(dataset, spec.model, spec.training, spec.objective, spec.seed,
+                                    device)
         self.local_state: dict[int, np.ndarray] = {}
 
     def report_online(self, t: int) -> OnlineReport:

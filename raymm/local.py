@@ -53,26 +53,28 @@ class LocalTrainer:
     """Trains one device at a time on a shared module."""
 
     def __init__(self, dataset: Dataset, model_spec: ModelSpec, training: TrainingSpec,
-                 objective: Objective, seed: int) -> None:
+                 objective: Objective, seed: int, device: str = "cpu") -> None:
         self.dataset = dataset
         self.training = training
         self.objective = objective
         self.seed = seed
+        self.device = torch.device(device)  # a GPU when the DeviceActor was given one
         self.model = build_model(dataset, model_spec, seed)
         self.layout = GroupLayout(self.model)
         self.flops = flops_per_sample(self.model, dataset)
+        self.model.to(self.device)
         self.initial_local = (self.layout.flatten(self.model, [LOCAL])[LOCAL]
                               if LOCAL in self.layout.slots else None)
         # zero-copy views of the shared arrays
-        self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m]))
+        self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m])).to(self.device)
                         for m in dataset.sensors}
-        self.train_y = torch.from_numpy(np.asarray(dataset.train.y))
+        self.train_y = torch.from_numpy(np.asarray(dataset.train.y)).to(self.device)
 
     def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
         """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
         n = idx.shape[0]
         return {m: self.train_x[m][idx] if h else
-                torch.zeros((n,) + self.dataset.sensor_shape(m))
+                torch.zeros((n,) + self.dataset.sensor_shape(m), device=self.device)
                 for m, h in zip(self.dataset.sensors, held)}
 
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
@@ -89,12 +91,12 @@ class LocalTrainer:
         trainable = {n: params[n] for n in sorted(names)}
         anchor = {n: p.detach().clone() for n, p in trainable.items()}
         opt = self._optimizer(list(trainable.values()))
-        extras = {k: torch.from_numpy(v) for k, v in broadcast.extras.items()}
+        extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
 
         gen = seeding.torch_generator(self.seed, rnd, device, "batches")
         idx = torch.from_numpy(indices.astype(np.int64))
         xs, y = self.inputs(idx, held), self.train_y[idx]
-        held_t = torch.from_numpy(held.astype(np.float32))
+        held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
         held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
         n, bs = idx.shape[0], self.training.batch_size
         losses = []

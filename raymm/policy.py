@@ -100,6 +100,17 @@ class LossInputs:
     anchor: dict[str, Tensor]           # parameter name -> value received this round
     extras: dict[str, Tensor] = field(default_factory=dict)  # server extras, as tensors
     round: int = 0
+    #: float [B] sample weights on the vectorised path (1 = real sample, 0 = padding of a short
+    #: last batch); None on the sequential path, where every row is real. See raymm.vectorised.
+    weight: Tensor | None = None
+
+
+def sample_mean(values: Tensor, weight: Tensor | None) -> Tensor:
+    """Mean of per-sample `values` [B, ...] over the batch, padding rows (weight 0) excluded."""
+    if weight is None:
+        return values.mean(dim=0)
+    w = weight.reshape((-1,) + (1,) * (values.dim() - 1))
+    return (values * w).sum(dim=0) / weight.sum()
 
 
 @runtime_checkable

@@ -144,7 +144,10 @@ def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarra
     if uniq.shape[0] != n_devices:
         raise ScenarioError([f"population.devices: by_group partition has {uniq.shape[0]} groups "
                              f"but {n_devices} devices"])
-    return [np.flatnonzero(groups == g) for g in uniq]
+    # one stable sort instead of a scan per group: the same sorted indices, in O(n log n)
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], uniq, side="left").tolist() + [groups.shape[0]]
+    return [order[bounds[i]:bounds[i + 1]] for i in range(uniq.shape[0])]
 
 
 def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Population:

@@ -12,7 +12,7 @@ import numpy as np
 
 from raymm.engine import Trained, World
 from raymm.faults import fault_seed, host_kills
-from raymm.host import DeviceHost
+from raymm.vectorised import make_host
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.server import Server
 
@@ -34,7 +34,7 @@ class SerialExecutor:
         self.faults = world.scenario.faults
         self.fault_seed = fault_seed(world.scenario.faults, world.scenario.seed)
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
-        self.hosts = [DeviceHost(ids, world.population, world.dataset, world.host_spec)
+        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec)
                       for ids in pack_devices(n, per)]
 
     def poll(self, t: int) -> list[OnlineReport]:
@@ -64,6 +64,7 @@ class SerialExecutor:
                   trained: Trained) -> dict[str, Any]:
         stats = self.server.aggregate(t, planned[0], trained.results, trained.lost_ids())
         stats["actors_killed"] = trained.hosts_killed
+        stats["_selected"] = planned[0].selected
         return stats
 
     def evaluate(self, t: int) -> dict[str, float]:

@@ -20,7 +20,8 @@ def ray_session() -> Iterator[Any]:
     if ray.is_initialized():
         yield ray
         return
-    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False,
+    # two fake GPUs: fractional-GPU packing is tested on them; CPU-only runs must not notice
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
              object_store_memory=200 * 1024**2, _node_ip_address="127.0.0.1",
              logging_level="WARNING", log_to_driver=False)
     try:

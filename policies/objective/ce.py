@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, prox_term
+from raymm.policy import LossInputs, prox_term, sample_mean
 from raymm.registry import OBJECTIVES
 
 
@@ -24,13 +24,20 @@ class CrossEntropy:
     """Cross-entropy of the task head; FedProx's proximal term when mu > 0."""
 
     Params = CEParams
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
+    #: train many devices at once with it
+    vectorisable = True
 
     def __init__(self, params: CEParams) -> None:
         self.mu = params.mu
         self.uses_adapter = params.adapter
 
     def loss(self, inp: LossInputs) -> Tensor:
-        loss = F.cross_entropy(inp.out.logits, inp.y)
+        if inp.weight is None:
+            loss = F.cross_entropy(inp.out.logits, inp.y)
+        else:
+            loss = sample_mean(F.cross_entropy(inp.out.logits, inp.y, reduction="none"),
+                               inp.weight)
         if self.mu > 0:
             loss = loss + 0.5 * self.mu * prox_term(inp)
         return loss

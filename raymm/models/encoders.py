@@ -29,7 +29,15 @@ class Channels(nn.Module):
         return x.transpose(1, 2)
 
 
+def embedding_dim(kind: str, shape: tuple[int, ...], embed_dim: int) -> int:
+    """An `identity` encoder's embedding is its flattened input; every other kind's is
+    `embed_dim`."""
+    return math.prod(shape) if kind == "identity" else embed_dim
+
+
 def make_encoder(kind: str, shape: tuple[int, ...], embed_dim: int, hidden: int) -> nn.Module:
+    if kind == "identity":
+        return nn.Flatten()
     if kind == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), hidden), nn.ReLU(),
                              nn.Linear(hidden, embed_dim), nn.ReLU())

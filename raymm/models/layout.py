@@ -46,7 +46,7 @@ class GroupLayout:
         out = {}
         for g in groups if groups is not None else list(self.slots):
             out[g] = torch.cat([params[s.name].detach().reshape(-1) for s in self.slots[g]]
-                               ).numpy().astype(np.float32, copy=True)
+                               ).cpu().numpy().astype(np.float32, copy=True)
         return out
 
     def load(self, model: nn.Module, flat: dict[str, np.ndarray]) -> None:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from raymm.config import ModelSpec
-from raymm.models.encoders import auto_kind, make_encoder
+from raymm.models.encoders import auto_kind, embedding_dim, make_encoder
 
 SHARED = "shared"
 LOCAL = "local"
@@ -48,15 +48,16 @@ class MultimodalNet(nn.Module):
         super().__init__()
         self.sensors = tuple(sensors)
         self.spec = spec
+        kinds = {m: spec.encoders.get(m, spec.encoder if spec.encoder != "auto"
+                                      else auto_kind(shapes[m])) for m in sensors}
+        dims = {m: embedding_dim(kinds[m], shapes[m], spec.embed_dim) for m in sensors}
         self.encoders = nn.ModuleDict({
-            m: make_encoder(spec.encoders.get(m, spec.encoder if spec.encoder != "auto"
-                                              else auto_kind(shapes[m])),
-                            shapes[m], spec.embed_dim, spec.hidden) for m in sensors})
+            m: make_encoder(kinds[m], shapes[m], spec.embed_dim, spec.hidden) for m in sensors})
         heads = spec.aux_heads or spec.fusion == "sum_logits"
-        self.heads = nn.ModuleDict({m: nn.Linear(spec.embed_dim, num_classes)
+        self.heads = nn.ModuleDict({m: nn.Linear(dims[m], num_classes)
                                     for m in sensors}) if heads else None
         if spec.fusion == "concat":
-            self.fusion = nn.Sequential(nn.Linear(len(sensors) * spec.embed_dim, spec.fusion_dim),
+            self.fusion = nn.Sequential(nn.Linear(sum(dims.values()), spec.fusion_dim),
                                         nn.ReLU())
             self.head = nn.Linear(spec.fusion_dim, num_classes)
             self.adapter = nn.Sequential(nn.Linear(spec.fusion_dim, spec.fusion_dim // 2),

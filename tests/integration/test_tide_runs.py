@@ -73,13 +73,8 @@ def test_early_stopping_after_patience_evaluations(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
-def test_tide_on_ray_equals_serial(tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
+def test_tide_on_ray_equals_serial(tmp_path: Path, ray_session) -> None:
     serial = run(tiny(), out=tmp_path)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
-    try:
-        on_ray = run(tiny(executor="ray", devices_per_actor=5), out=tmp_path)
-    finally:
-        ray.shutdown()
+    on_ray = run(tiny(executor="ray", devices_per_actor=6), out=tmp_path)
     assert on_ray.summary["executor"] == "ray"
     assert_same_run(serial, on_ray)

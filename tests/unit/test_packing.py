@@ -1,24 +1,40 @@
+"""Resource packing: how many devices per DeviceActor, from cluster resources (no Ray needed)."""
+
 import pytest
 
-from actors.packing import Packing, ResourceError, actor_capacity, plan_packing
+from actors.packing import (Packing, ResourceError, actor_capacity, choose_torch_device,
+                            plan_packing)
 from raymm.config import ActorSpec
 
 
-def test_auto_packs_as_many_actors_as_fit():
-    cpu = ActorSpec(num_cpus=1)
-    assert plan_packing(1000, "auto", cpu, {"CPU": 2}) == Packing(500, 2)
-    assert plan_packing(3, "auto", cpu, {"CPU": 8}).devices_per_actor == 1
-    gpu = ActorSpec(num_cpus=0.1, num_gpus=0.1)
-    assert actor_capacity(gpu, {"CPU": 16, "GPU": 2}) == 20   # ten per GPU
-    assert plan_packing(1000, "auto", gpu, {"CPU": 16, "GPU": 2}) == Packing(50, 20)
+def test_fractional_gpus_pack_ten_actors_per_gpu():
+    actor = ActorSpec(num_cpus=0.1, num_gpus=0.1)
+    cluster = {"CPU": 16.0, "GPU": 2.0}
+    assert actor_capacity(actor, cluster) == 20           # GPUs bind: 2 / 0.1
+    assert plan_packing(10_000, "auto", actor, cluster) == Packing(500, 20)
+    assert plan_packing(10_000, 1000, actor, cluster) == Packing(1000, 10)
 
 
-def test_explicit_packing_must_fit_with_numbers_in_the_message():
-    assert plan_packing(10, 5, ActorSpec(num_cpus=1), {"CPU": 2}) == Packing(5, 2)
-    with pytest.raises(ResourceError, match=r"3 DeviceActor\(s\) need CPU=3 but the cluster "
-                                            r"has CPU=2"):
-        plan_packing(12, 5, ActorSpec(num_cpus=1), {"CPU": 2})
-    with pytest.raises(ResourceError, match="GPU=0.5 but the cluster has .*GPU=0"):
-        plan_packing(10, "auto", ActorSpec(num_cpus=1, num_gpus=0.5), {"CPU": 2})
-    with pytest.raises(ResourceError, match="sensor_box=1"):
-        plan_packing(4, 4, ActorSpec(num_cpus=0, resources={"sensor_box": 1}), {"CPU": 2})
+def test_auto_sizes_the_pool_from_cpus_and_the_population():
+    one_cpu = ActorSpec(num_cpus=1)
+    assert plan_packing(1000, "auto", one_cpu, {"CPU": 2.0}) == Packing(500, 2)
+    assert plan_packing(1001, "auto", one_cpu, {"CPU": 2.0}) == Packing(501, 2)
+    # never more actors than devices
+    assert plan_packing(3, "auto", ActorSpec(num_cpus=0.1), {"CPU": 2.0}) == Packing(1, 3)
+    # a custom resource limits the pool like any other
+    tagged = ActorSpec(num_cpus=1, resources={"edge": 1.0})
+    assert plan_packing(90, "auto", tagged, {"CPU": 64.0, "edge": 3.0}) == Packing(30, 3)
+
+
+def test_a_packing_that_cannot_fit_fails_with_the_numbers():
+    with pytest.raises(ResourceError, match="10 DeviceActor.*GPU=1.*GPU=0.5"):
+        plan_packing(100, 10, ActorSpec(num_cpus=0, num_gpus=0.1), {"CPU": 8.0, "GPU": 0.5})
+    with pytest.raises(ResourceError, match="edge=0"):
+        plan_packing(10, "auto", ActorSpec(resources={"edge": 1.0}), {"CPU": 8.0})
+
+
+def test_torch_device_of_an_actor():
+    assert choose_torch_device([], True) == ("cpu", None)
+    assert choose_torch_device(["1"], True) == ("cuda", None)
+    device, why = choose_torch_device(["0"], False)    # fake GPUs, or a CPU-only torch
+    assert device == "cpu" and "no CUDA" in why and "0" in why

@@ -1,0 +1,189 @@
+"""`raymm bench`: the standard workload on raymm next to the bare single-process loop.
+
+For each size (N clients, K per round) it runs, in this process tree, `bare_loop.py` (a child
+process) and `scenarios/bench/standard.yaml` on raymm with sequential and with vectorised local
+training (Ray executor by default: one DeviceActor per CPU, one torch thread each), and prints
+the steady seconds per round (mean over rounds 2..R; round 1 carries start-up), the ratio to
+the bare loop and the peak memory.
+
+How it measures (see `../shared/bench/workload.md`):
+  * raymm's round time is the engine's wall time of the whole round: availability poll,
+    selection, broadcast, training, gathering, aggregation. Both run R+1 rounds; raymm's round
+    R+1 carries the final evaluation and is not counted (steady = rounds 2..R), the bare loop
+    times its evaluation outside its rounds (steady = rounds 2..R+1). Final accuracies are
+    then both after R+1 rounds.
+  * Peak memory: machine-wide `MemTotal - MemAvailable`, sampled every 20 ms, peak minus its
+    value before the run (a multi-process run has no single max RSS); for the bare loop also its
+    own max RSS. Other processes on a shared machine move this number: read it as approximate.
+  * Ray nices its worker processes to 15; on a machine shared with other work that makes the
+    DeviceActors yield the CPU to everything else while the bare loop runs at nice 0. The bench
+    starts Ray with `RAY_worker_niceness=0` (unless set) so both compete on equal terms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "bench" / "standard.yaml"
+DEFAULT_BARE_LOOP = REPO.parent / "shared" / "bench" / "bare_loop.py"
+MODES = ("sequential", "vectorised")
+
+
+class MemorySampler:
+    """Peak of machine-wide used memory (`MemTotal - MemAvailable`) above its starting value."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self.every = every
+        self.base = self.peak = used_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.peak = max(self.peak, used_bytes())
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, used_bytes())
+
+    @property
+    def peak_mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def used_bytes() -> int:
+    """`MemTotal - MemAvailable` from /proc/meminfo (0 where there is none)."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    except OSError:
+        return 0
+    kib = {k: int(v.split()[0]) for k, v in info.items() if k in ("MemTotal", "MemAvailable")}
+    return (kib["MemTotal"] - kib["MemAvailable"]) * 1024
+
+
+def steady(seconds: Sequence[float]) -> float:
+    """Mean seconds per round over rounds 2.. (round 1 carries one-time start-up)."""
+    rest = list(seconds[1:]) or list(seconds)
+    return sum(rest) / len(rest)
+
+
+def run_bare(path: Path, n: int, k: int, rounds: int, seed: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(path), "--clients", str(n), "--per-round", str(k),
+           "--rounds", str(rounds + 1), "--seed", str(seed)]
+    with MemorySampler() as mem:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"bare loop failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    res = json.loads(line[len("RESULT "):])
+    return {"impl": "bare_loop", "steady_s": steady(res["round_seconds"]),
+            "round_seconds": res["round_seconds"], "final_acc": res["final_acc"],
+            "peak_mb": mem.peak_mb, "max_rss_mb": res["peak_rss_mb"]}
+
+
+def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
+              out: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+    from raymm.api import run
+
+    overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
+                 f"rounds={rounds + 1}", f"seed={seed}", "eval.every=1000000",
+                 f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+    with MemorySampler() as mem:
+        res = run(SCENARIO, overrides, out=out, executor=executor)
+    walls = [r["wall_seconds"] for r in res.rows[:rounds]]  # the last round evaluates
+    return {"impl": f"raymm {mode}", "executor": executor, "steady_s": steady(walls),
+            "round_seconds": [round(w, 4) for w in walls],
+            "final_acc": res.summary["final_accuracy"], "peak_mb": mem.peak_mb}
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """`1000:100,5000:500` -> [(1000, 100), (5000, 500)]."""
+    out = []
+    for item in text.split(","):
+        n, _, k = item.partition(":")
+        out.append((int(n), int(k)))
+    return out
+
+
+def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="raymm bench", description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="1000:100,5000:500", help="N:K pairs, comma-separated")
+    p.add_argument("--rounds", type=int, default=5, help="R: rounds per run (steady = 2..R)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", default=",".join(MODES), help="sequential,vectorised")
+    p.add_argument("--executor", choices=["ray", "serial"], default="ray")
+    p.add_argument("--bare-loop", type=Path, default=Path(os.environ.get(
+        "RAYMM_BARE_LOOP", DEFAULT_BARE_LOOP)), help="path of bare_loop.py")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"),
+                   help="folder for the run directories and bench.json")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra scenario override for the raymm runs (repeatable)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run every implementation this many times, interleaved, and keep each "
+                        "one's fastest steady time (outside load only ever slows a run down)")
+    return p
+
+
+def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if not args.bare_loop.is_file():
+        from raymm.errors import RaymmError
+
+        raise RaymmError(f"bench: bare loop not found at {args.bare_loop} (pass --bare-loop or "
+                         "set RAYMM_BARE_LOOP)")
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    modes = [m for m in args.modes.split(",") if m]
+    rows: list[dict[str, Any]] = []
+    for n, k in parse_sizes(args.sizes):
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(args.repeat):
+            bare = run_bare(args.bare_loop, n, k, args.rounds, args.seed)
+            runs.setdefault("bare_loop", []).append(bare)
+            print(_line({"N": n, "K": k, **bare, "ratio": 1.0}), flush=True)
+            for mode in modes:
+                r = run_raymm(n, k, args.rounds, args.seed, mode, args.executor, args.out,
+                              args.overrides)
+                runs.setdefault(r["impl"], []).append(r)
+                print(_line({"N": n, "K": k, **r, "ratio": r["steady_s"] / bare["steady_s"]}),
+                      flush=True)
+        base = min(r["steady_s"] for r in runs["bare_loop"])
+        for impl, rs in runs.items():
+            best = min(rs, key=lambda r: r["steady_s"])
+            rows.append({"N": n, "K": k, **best, "ratio": best["steady_s"] / base,
+                         "steady_all": [r["steady_s"] for r in rs],
+                         "peak_mb": max(r["peak_mb"] for r in rs)})
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "time": time.ctime(),
+            "rounds": args.rounds, "executor": args.executor}
+    (args.out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(table(rows))
+    return rows
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (f"N={r['N']} K={r['K']} {r['impl']}: steady {r['steady_s']:.4f} s/round "
+            f"(ratio {r['ratio']:.3f}), rounds {r['round_seconds']}, acc {r['final_acc']}")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'N':>6} {'K':>5}  {'implementation':<18} {'steady s/round':>14} {'ratio':>7} " \
+           f"{'final acc':>9} {'peak MB':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['N']:>6} {r['K']:>5}  {r['impl']:<18} {r['steady_s']:>14.4f} "
+                     f"{r['ratio']:>7.3f} {r['final_acc']:>9.4f} {r['peak_mb']:>8.0f}")
+    return "\n".join(lines)

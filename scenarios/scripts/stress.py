@@ -1,0 +1,79 @@
+"""Stress runs: a scenario at thousands of devices; seconds per round, peak memory, and what an
+idle device costs.
+
+    python scenarios/scripts/stress.py scenarios/stress/devices_10k.yaml \\
+        scenarios/stress/devices_100k.yaml --out runs/stress
+
+For each scenario it prints (and writes to OUT/stress.json): devices, selected per round,
+rounds, steady seconds per round (rounds 2.., evaluation rounds included), peak memory
+(machine-wide `MemTotal - MemAvailable` above its value before the run: the driver, Ray and
+every actor) and the bytes per idle device: its population row (sensor mask, tier, clock,
+hardware, the slice of one shared index array) and the server's observations of it (data size,
+compute-time history, selection history). Training samples are shared data, reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from raymm.api import build_world, load_scenario, run
+from raymm.bench import MemorySampler, steady
+from raymm.observations import Observations
+
+
+def idle_bytes(world) -> dict[str, float]:  # noqa: ANN001 - a raymm.engine.World
+    pop = world.population
+    obs = Observations.register(pop.sensor_mask, pop.tier)
+    obs_bytes = sum(np.asarray(v).nbytes for v in obs.state_dict().values())
+    data = sum(x.nbytes for x in world.dataset.train.x.values()) + world.dataset.train.y.nbytes
+    return {"population_bytes_per_device": pop.nbytes() / pop.n,
+            "observation_bytes_per_device": obs_bytes / pop.n,
+            "bytes_per_idle_device": (pop.nbytes() + obs_bytes) / pop.n,
+            "training_data_mb": data / 2**20}
+
+
+def stress(path: str, overrides: list[str], executor: str | None, out: Path) -> dict:
+    sc = load_scenario(path, overrides)
+    t0 = time.perf_counter()
+    world = build_world(sc)
+    build_s = time.perf_counter() - t0
+    with MemorySampler() as mem:
+        res = run(sc, out=out, executor=executor)
+    walls = [r["wall_seconds"] for r in res.rows]
+    return {"scenario": sc.name, "devices": sc.population.devices, "k": sc.selection.k,
+            "rounds": len(walls), "executor": res.summary["executor"],
+            "vectorise": sc.training.vectorise, "steady_s_per_round": steady(walls),
+            "round_seconds": [round(w, 3) for w in walls], "build_s": build_s,
+            "peak_mb": mem.peak_mb, "final_accuracy": res.summary["final_accuracy"],
+            "mean_online": res.summary["mean_online"], **idle_bytes(world)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("scenarios", nargs="+")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--executor", choices=["ray", "serial"], default=None)
+    p.add_argument("--out", type=Path, default=Path("runs/stress"))
+    args = p.parse_args(argv)
+    rows = []
+    for path in args.scenarios:
+        rows.append(stress(path, args.overrides, args.executor, args.out))
+        r = rows[-1]
+        print(f"{r['scenario']}: {r['devices']} devices, K={r['k']}, {r['rounds']} rounds, "
+              f"{r['steady_s_per_round']:.3f} s/round, peak {r['peak_mb']:.0f} MB, "
+              f"{r['bytes_per_idle_device']:.0f} B per idle device "
+              f"({r['population_bytes_per_device']:.0f} population + "
+              f"{r['observation_bytes_per_device']:.0f} observations), "
+              f"accuracy {r['final_accuracy']}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stress.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The benchmark workload: raymm's `bench` dataset and model are the bare loop's, and
+`raymm bench` runs both and reports steady seconds per round side by side."""
+
+import importlib.util
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from raymm import bench
+from raymm.api import build_world, load_scenario
+from raymm.local import build_model
+
+
+def bare_loop_module():
+    if not bench.DEFAULT_BARE_LOOP.is_file():
+        pytest.skip(f"{bench.DEFAULT_BARE_LOOP} not found (it lives in ../shared/bench)")
+    spec = importlib.util.spec_from_file_location("bare_loop", bench.DEFAULT_BARE_LOOP)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_dataset_and_model_are_the_workloads():
+    bl = bare_loop_module()
+    cfg = bl.build_parser().parse_args(["--clients", "30", "--seed", "3"])
+    sc = load_scenario(bench.SCENARIO, ["dataset.clients=30", "population.devices=30",
+                                        "selection.k=5", "seed=3"])
+    world = build_world(sc)
+    train, pop = world.dataset.train, world.population
+    for cid in (0, 7, 29):  # device c holds exactly client c's samples, in order
+        x, y = bl.client_data(cid, cfg)
+        rows = pop.indices(cid)
+        assert np.array_equal(train.x["x"][rows], x.numpy())
+        assert np.array_equal(train.y[rows], y.numpy())
+    x_test, y_test = bl.test_data(cfg)
+    assert np.array_equal(world.dataset.test.x["x"], x_test.numpy())
+    assert np.array_equal(world.dataset.test.y, y_test.numpy())
+    model = build_model(world.dataset, sc.model, sc.seed)
+    ref = bl.build_model(cfg)
+    assert [tuple(p.shape) for p in model.parameters()] == \
+        [tuple(p.shape) for p in ref.parameters()]                      # 64x64, 64, 6x64, 6
+    assert sum(p.numel() for p in model.parameters()) == 4550
+    # same function of the weights: load the bare loop's weights, compare outputs
+    with torch.no_grad():
+        for (_, p), q in zip(model.named_parameters(), ref.parameters()):
+            p.copy_(q)
+        xb = torch.randn(5, 64)
+        out = model({"x": xb}, torch.ones(5, 1)).logits
+        torch.testing.assert_close(out, ref(xb))
+
+
+def test_steady_and_sizes():
+    assert bench.steady([9.0, 1.0, 3.0]) == 2.0
+    assert bench.parse_sizes("1000:100,5000:500") == [(1000, 100), (5000, 500)]
+
+
+@pytest.mark.slow
+def test_bench_command_reports_both_implementations(tmp_path, capsys):
+    bare_loop_module()
+    args = Namespace(sizes="40:4", rounds=2, seed=0, modes="sequential,vectorised",
+                     executor="serial", bare_loop=bench.DEFAULT_BARE_LOOP, out=tmp_path,
+                     overrides=[], repeat=1)
+    rows = bench.main(args)
+    assert [r["impl"] for r in rows] == ["bare_loop", "raymm sequential", "raymm vectorised"]
+    assert rows[0]["ratio"] == 1.0
+    for r in rows:
+        assert r["steady_s"] > 0 and r["ratio"] == pytest.approx(r["steady_s"] /
+                                                                 rows[0]["steady_s"])
+        assert len(r["round_seconds"]) in (2, 3) and 0 <= r["final_acc"] <= 1
+    # sequential and vectorised raymm train the same model (to float32 rounding)
+    assert rows[1]["final_acc"] == pytest.approx(rows[2]["final_acc"], abs=0.01)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert len(saved["rows"]) == 3 and saved["meta"]["executor"] == "serial"
+    assert "bare_loop" in capsys.readouterr().out
