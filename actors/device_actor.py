@@ -9,7 +9,7 @@ import ray
 
 from raymm.data.base import Dataset
 from raymm.host import DeviceHost, HostSpec
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 
 
@@ -29,10 +29,13 @@ class DeviceActor:
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         return self.host.train(plan, broadcast)
 
-    def state_dict(self) -> dict[int, np.ndarray]:
+    def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
+        return self.host.evaluate_devices(payload)
+
+    def state_dict(self) -> dict[int, Any]:
         return self.host.state_dict()
 
-    def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[int, Any]) -> None:
         self.host.load_state_dict(state)
 
     def placement(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import policies
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
+from raymm.exchange import check_aggregator
 from raymm.host import HostSpec
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
@@ -44,6 +45,12 @@ def build_world(sc: Scenario) -> World:
         aggregator=AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation")),
         schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
     objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
+    # policies that need run-level facts (rounds, the dataset's sensors) read them here
+    for policy in (pol.selector, pol.aggregator, pol.schedule, objective):
+        bind = getattr(policy, "bind", None)
+        if bind is not None:
+            bind(sc, dataset.sensors)
+    check_aggregator(sc.training.exchange, pol.aggregator, sc.aggregation.name)
     return World(sc, dataset, population, pol, HostSpec(sc.seed, sc.model, sc.training, objective))
 
 
@@ -166,6 +173,10 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
         "mean_online": float(np.mean([r["online"] for r in rows])) if rows else 0.0,
     }
     for k, v in final.items():
-        if k.startswith(("acc_tier/", "acc_sensor/")):
+        if k.startswith(("acc_tier/", "acc_sensor/")) or k in ("acc_multimodal", "mir"):
             summary[f"final_{k}"] = v
+    if rows:  # per-round averages (traffic in bytes, simulated seconds)
+        summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]
+                                                         for r in rows]))
+        summary["mean_sim_seconds_per_round"] = float(np.mean([r["sim_seconds"] for r in rows]))
     return summary

@@ -93,6 +93,9 @@ class PopulationSpec(Strict):
     availability: list[AvailabilitySpec] = Field(default_factory=lambda: [AvailabilitySpec()])
     hardware: list[HardwareSpec] = Field(default_factory=lambda: [HardwareSpec()])
     partition: PartitionSpec = PartitionSpec()
+    #: split every device's samples into its own train/test part (e.g. 0.2 = 80/20), seeded;
+    #: None keeps all of a device's samples for training (pooled evaluation only)
+    local_test_fraction: float | None = Field(default=None, gt=0, lt=1)
 
 
 class ModelSpec(Strict):
@@ -120,6 +123,13 @@ class TrainingSpec(Strict):
     upload: Literal["all", "held"] = "all"
     #: torch intra-op threads per training process; 1 keeps results bit-identical everywhere.
     threads: int = Field(default=1, ge=1)
+    #: what a device keeps between rounds and exchanges with the server (see raymm.exchange):
+    #: "params" downloads the server's vectors whenever selected and uploads trained vectors;
+    #: "delta" keeps its own parameters, downloads at the first round of each sync window and
+    #: uploads its change at sync rounds; "none" keeps its own parameters and never communicates.
+    exchange: Literal["params", "delta", "none"] = "params"
+    #: rounds per sync window (FedMChain's υ) when exchange is "delta"
+    sync_every: int = Field(default=1, ge=1)
 
 
 class PolicySpec(BaseModel):
@@ -157,6 +167,9 @@ class ExecutionSpec(Strict):
 class EvalSpec(Strict):
     every: int = Field(default=1, ge=1)
     batch_size: int = Field(default=2048, ge=1)
+    #: "pooled": the global model on the dataset's test split; "devices": every device on its
+    #: own test part with the model it would use (needs population.local_test_fraction)
+    scope: Literal["pooled", "devices"] = "pooled"
 
 
 class OutputSpec(Strict):

@@ -123,6 +123,8 @@ TB_TAGS = {
     "failed": "devices/failed",
     "sim_seconds": "time/sim_seconds_per_round",
     "wall_seconds": "time/wall_seconds_per_round",
+    "acc_multimodal": "accuracy/multimodal_devices",
+    "mir": "modality/MIR",
 }
 
 

@@ -35,6 +35,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems.append(f"selection.k: K={sc.selection.k} is larger than population.devices="
                         f"{sc.population.devices}")
     problems += _check_population(sc)
+    problems += _check_exchange(sc)
     if problems:
         raise ScenarioError(problems, source)
     return sc
@@ -112,4 +113,14 @@ def _check_population(sc: Scenario) -> list[str]:
     if tiers and all(t.fraction is not None for t in tiers) and \
             sum(t.fraction or 0 for t in tiers) <= 0:
         problems.append("population.tiers: fractions must not all be zero")
+    return problems
+
+
+def _check_exchange(sc: Scenario) -> list[str]:
+    problems = []
+    if sc.eval.scope == "devices" and sc.population.local_test_fraction is None:
+        problems.append("eval.scope: 'devices' needs population.local_test_fraction (e.g. 0.2)")
+    if sc.training.sync_every > 1 and sc.training.exchange != "delta":
+        problems.append(f"training.sync_every: {sc.training.sync_every} needs training.exchange: "
+                        f"delta (got {sc.training.exchange!r})")
     return problems
