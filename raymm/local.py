@@ -102,6 +102,8 @@ class LocalTrainer:
         dev_tensors = prepare(state, broadcast.extras, layout, groups) if prepare else {}
         finish = getattr(self.objective, "device_finish", None)
         before = layout.flatten(model, groups) if finish is not None else {}
+        grad_sum: dict[str, torch.Tensor] | None = \
+            {} if getattr(self.objective, "needs_grad_mean", False) else None
         data_aug = getattr(self.dataset, "augment", None)
         aug_gen = (seeding.torch_generator(self.seed, rnd, device, "data_augment")
                    if data_aug is not None else None)
@@ -130,6 +132,10 @@ class LocalTrainer:
                                                       tuple(groups)))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if grad_sum is not None:
+                    for name, p in trainable.items():
+                        if p.grad is not None:
+                            grad_sum[name] = grad_sum.get(name, 0) + p.grad.detach()
                 opt.step()
                 losses.append(float(loss.detach()))
         report = getattr(self.objective, "device_extras", None)
@@ -139,13 +145,26 @@ class LocalTrainer:
         if finish is not None:
             new_state, sent = finish(DeviceFinish(
                 device, rnd, tuple(groups), before, updates, state,
-                dict(broadcast.extras), len(losses), self.training.lr))
+                dict(broadcast.extras), len(losses), self.training.lr,
+                self._mean_grads(grad_sum, groups, len(losses))))
             dev_extras = {**dev_extras, **sent}
         return DeviceOutcome(
             updates=updates,
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
             loss=float(np.mean(losses)) if losses else float("nan"), extras=dev_extras,
             state=new_state)
+
+    def _mean_grads(self, grad_sum: dict[str, torch.Tensor] | None, groups: list[str],
+                    steps: int) -> dict[str, np.ndarray]:
+        """Per-group flat mean of the summed gradients (zeros where a parameter got none)."""
+        if grad_sum is None or steps == 0:
+            return {}
+        out = {}
+        for g in groups:
+            parts = [grad_sum[s.name].reshape(-1) / steps if s.name in grad_sum
+                     else torch.zeros(s.stop - s.start) for s in self.layout.slots[g]]
+            out[g] = torch.cat(parts).numpy().astype(np.float32)
+        return out
 
     def _optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         t = self.training

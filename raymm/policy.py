@@ -121,6 +121,9 @@ class DeviceFinish:
     extras: dict[str, np.ndarray]
     steps: int
     lr: float
+    #: mean minibatch gradient per trained group over the local steps (filled only when the
+    #: objective sets `needs_grad_mean = True`)
+    grad_mean: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -1,3 +1,3 @@
 """Aggregation policies (how updates combine)."""
 
-from policies.aggregation import fedavg  # noqa: F401
+from policies.aggregation import delta_mean, fedavg, scaffold, ssca  # noqa: F401

@@ -1,3 +1,3 @@
 """Selection policies (who trains)."""
 
-from policies.selection import basic  # noqa: F401
+from policies.selection import basic, fraction  # noqa: F401

@@ -1,6 +1,6 @@
 """Datasets: the in-memory `Dataset`, the loader registry, and the built-in loaders.
 
-Importing this package registers `digits`, `synthetic` and `har`.
+Importing this package registers `digits`, `synthetic`, `har` and `avdigits`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raymm.data import digits, har, synthetic  # noqa: F401  (import registers the loaders)
+from raymm.data import avdigits, digits, har, synthetic  # noqa: F401  (registers loaders)
 from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
 
 __all__ = [
