@@ -17,7 +17,8 @@ from raymm.policy import AggregationContext, DeviceFinish
 def test_device_control_variate_option_ii() -> None:
     obj = ScaffoldObjective(ScaffoldParams(variate="displacement"))
     fin = DeviceFinish(device=0, round=2, groups=("g",), start={"g": np.array([1.0, 2.0])},
-                       end={"g": np.array([0.5, 2.5])}, state={"scaffold_ci/g": np.array([0.1, 0.0])},
+                       end={"g": np.array([0.5, 2.5])},
+                       state={"scaffold_ci/g": np.array([0.1, 0.0])},
                        extras={"scaffold_c/g": np.array([0.2, -0.2])}, steps=5, lr=0.1)
     state, sent = obj.device_finish(fin)
     # c_i+ = c_i - c + (x - y)/(K·lr) = [0.1-0.2+1, 0+0.2-1] = [0.9, -0.8]
