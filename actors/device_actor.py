@@ -19,7 +19,7 @@ from actors.packing import choose_torch_device
 from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.vectorised import make_host
 
@@ -55,10 +55,13 @@ class DeviceActor:
         result = self.host.train(plan, broadcast)
         return {"selected": mine, "states": result.states}, replace(result, states={})
 
-    def state_dict(self) -> dict[int, np.ndarray]:
+    def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
+        return self.host.evaluate_devices(payload)
+
+    def state_dict(self) -> dict[int, Any]:
         return self.host.state_dict()
 
-    def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[int, Any]) -> None:
         self.host.load_state_dict(state)
 
     def placement(self) -> dict[str, Any]:

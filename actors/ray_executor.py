@@ -150,6 +150,11 @@ class RayExecutor:
     def evaluate(self, t: int) -> Any:
         return self.server.evaluate.remote(t)
 
+    def evaluate_devices(self, t: int) -> Any:
+        payload = self.server.eval_payload.remote(t)  # stored once, read by every actor
+        parts = [a.evaluate_devices.remote(payload) for a in self.actors]
+        return self.server.device_metrics.remote(*parts)
+
     def get(self, value: Any) -> Any:
         return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 

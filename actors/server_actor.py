@@ -10,7 +10,7 @@ import ray
 from actors.process import keep_freed_memory
 from raymm.config import Scenario
 from raymm.data.base import Dataset
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.server import Policies, Server
 
@@ -34,6 +34,12 @@ class ServerActor:
 
     def evaluate(self, t: int) -> dict[str, float]:
         return self.server.evaluate(t)
+
+    def eval_payload(self, t: int) -> Broadcast:
+        return self.server.eval_payload(t)
+
+    def device_metrics(self, *parts: DeviceEval) -> dict[str, Any]:
+        return self.server.device_metrics(list(parts))
 
     def state_dict(self) -> dict[str, Any]:
         return self.server.state_dict()

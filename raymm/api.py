@@ -25,6 +25,7 @@ from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
 from raymm.errors import Interrupted, RaymmError, ResumeError
 from raymm.faults import fault_seed
+from raymm.exchange import check_aggregator
 from raymm.host import HostSpec
 from raymm.metrics import RunTracker, summary_metrics
 from raymm.population import Population, build_population
@@ -52,6 +53,12 @@ def build_world(sc: Scenario) -> World:
         aggregator=AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation")),
         schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
     objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
+    # policies that need run-level facts (rounds, the dataset's sensors) read them here
+    for policy in (pol.selector, pol.aggregator, pol.schedule, objective):
+        bind = getattr(policy, "bind", None)
+        if bind is not None:
+            bind(sc, dataset.sensors)
+    check_aggregator(sc.training.exchange, pol.aggregator, sc.aggregation.name)
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed))
     return World(sc, dataset, population, pol, host_spec)
@@ -267,7 +274,12 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
         "mean_online": float(np.mean([r["online"] for r in rows])) if rows else 0.0,
     }
     for k, v in final.items():
-        if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")):
+        if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")) or \
+                k in ("acc_multimodal", "mir"):
             summary[f"final_{k}"] = v
     summary.update(summary_metrics(rows, sc.eval.budget_gib))
+    if rows:  # per-round averages (traffic in bytes, simulated seconds)
+        summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]
+                                                         for r in rows]))
+        summary["mean_sim_seconds_per_round"] = float(np.mean([r["sim_seconds"] for r in rows]))
     return summary

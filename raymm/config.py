@@ -116,6 +116,9 @@ class PopulationSpec(Strict):
     hardware: list[HardwareSpec] = Field(default_factory=lambda: [HardwareSpec()])
     #: how the training split is divided over devices
     partition: PartitionSpec = PartitionSpec()
+    #: split every device's samples into its own train/test part (e.g. 0.2 = 80/20), seeded;
+    #: None keeps all of a device's samples for training (pooled evaluation only)
+    local_test_fraction: float | None = Field(default=None, gt=0, lt=1)
 
 
 class ModelSpec(Strict):
@@ -167,6 +170,13 @@ class TrainingSpec(Strict):
     #: at most this many devices per lock-step program (bounds memory; results do not depend
     #: on it)
     vectorise_chunk: int = Field(default=512, ge=1)
+    #: what a device keeps between rounds and exchanges with the server (see raymm.exchange):
+    #: "params" downloads the server's vectors whenever selected and uploads trained vectors;
+    #: "delta" keeps its own parameters, downloads at the first round of each sync window and
+    #: uploads its change at sync rounds; "none" keeps its own parameters and never communicates.
+    exchange: Literal["params", "delta", "none"] = "params"
+    #: rounds per sync window (FedMChain's υ) when exchange is "delta"
+    sync_every: int = Field(default=1, ge=1)
 
 
 class PolicySpec(BaseModel):
@@ -219,6 +229,9 @@ class EvalSpec(Strict):
     budget_gib: float | None = Field(default=None, gt=0)
     #: stop after this many evaluations without a new best accuracy (None: never)
     early_stop_patience: int | None = Field(default=None, ge=1)
+    #: "pooled": the global model on the dataset's test split; "devices": every device on its
+    #: own test part with the model it would use (needs population.local_test_fraction)
+    scope: Literal["pooled", "devices"] = "pooled"
 
 
 class OutputSpec(Strict):

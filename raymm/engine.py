@@ -63,6 +63,10 @@ class Executor(Protocol):
 
     def evaluate(self, t: int) -> Any: ...
 
+    def evaluate_devices(self, t: int) -> Any:
+        """Every host evaluates its own devices; the server turns the counts into metrics."""
+        ...
+
     def get(self, value: Any) -> Any: ...
 
     def server_state(self) -> dict[str, Any]: ...
@@ -88,7 +92,8 @@ def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
     results = ex.train(t, planned)
     stats = ex.get(ex.aggregate(t, planned, results))
     if is_eval_round(t, sc):
-        stats.update(ex.get(ex.evaluate(t)))
+        stats.update(ex.get(ex.evaluate_devices(t) if sc.eval.scope == "devices"
+                            else ex.evaluate(t)))
     stats["wall_seconds"] = time.perf_counter() - wall0
     return stats
 

@@ -7,17 +7,21 @@ from its own clock), and, for the selected ones, the trained updates, stacked in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
 
+from raymm import exchange
 from raymm.accounting import compute_seconds, device_groups
 from raymm.config import FaultSpec, ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.faults import device_crashes
 from raymm.local import LocalTrainer
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.device_eval import evaluate_device
+from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
+from raymm.models import LOCAL
 from raymm.policy import Objective
 from raymm.population import Population
 
@@ -44,6 +48,9 @@ class DeviceHost:
         self.trainer = LocalTrainer(dataset, spec.model, spec.training, spec.objective, spec.seed,
                                     device)
         self.local_state: dict[int, np.ndarray] = {}
+        # what each device keeps between rounds besides its adapter (raymm.exchange, objective
+        # hooks): own parameters, bases, control variates; never leaves the host
+        self.device_state: dict[int, dict[str, np.ndarray]] = {}
 
     def report_online(self, t: int) -> OnlineReport:
         on = self.ids[self.pop.online(t, self.ids)]
@@ -65,17 +72,27 @@ class DeviceHost:
             held = self.pop.sensor_mask[dev]
             groups = device_groups(held, self.pop.sensors, plan.active_groups,
                                    self.spec.training.upload)
+            mode = self.spec.training.exchange
             try:
+                start, state = exchange.start_vectors(mode, plan, broadcast, dev, groups,
+                                                      self.device_state.get(dev, {}),
+                                                      self.trainer.initial)
                 out = self.trainer.train(dev, plan.round, self.pop.indices(dev), held, groups,
-                                         broadcast, self.local_state.get(dev))
+                                         broadcast, self.local_state.get(dev), start, state)
+                sent, state = exchange.finish(mode, plan, out.updates, {**state, **out.state},
+                                              self.trainer.initial)
             except Exception as exc:  # noqa: BLE001 - a crashed device is data, not a crash
                 failed.append(dev)
                 errors.append(f"device {dev}: {type(exc).__name__}: {exc}")
                 continue
             if out.local is not None:
                 self.local_state[dev] = out.local
+            if state:
+                self.device_state[dev] = state
             done.append(dev)
-            outcomes.append((groups, out))
+            # a round without upload (periodic sync, Local) sends nothing, extras included
+            outcomes.append((list(sent), replace(out, updates=sent, extras=out.extras
+                                                 if plan.upload else {})))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors)
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
@@ -101,14 +118,56 @@ class DeviceHost:
             senders={g: np.array(v, np.int64) for g, v in senders.items()},
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
             failed=np.array(failed, np.int64), errors=tuple(errors),
-            states={int(d): self.local_state[int(d)] for d in ids
-                    if int(d) in self.local_state})
+            states={int(d): snap for d in ids
+                    if (snap := self.device_snapshot(int(d))) is not None})
+
+    def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
+        """Every hosted device on its own test part, with the model it would use."""
+        tr, sensors = self.trainer, self.pop.sensors
+        use_adapter = bool(self.spec.objective.uses_adapter and LOCAL in tr.layout.slots)
+        rows = []
+        for dev in self.ids.tolist():
+            idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
+            held = self.pop.sensor_mask[dev]
+            vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev,
+                                            self.device_state.get(dev, {}), tr.initial)
+            if use_adapter:
+                local = self.local_state.get(dev)
+                vectors[LOCAL] = local if local is not None else tr.initial_local
+            if idx.shape[0] == 0:
+                rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64)))
+                continue
+            xs = {m: tr.train_x[m][idx] for m in sensors}
+            rows.append((idx.shape[0], *evaluate_device(tr.model, tr.layout, vectors, xs,
+                                                        tr.train_y[idx], held, use_adapter)))
+        return DeviceEval(self.ids.copy(), np.array([r[0] for r in rows], np.int64),
+                          np.array([r[1] for r in rows], np.int64),
+                          np.array([r[2] for r in rows], np.float64),
+                          np.stack([r[3] for r in rows]).astype(np.int64))
 
     # --- persistence of device-local state (checkpoints, actor restarts) -------------------
-    def state_dict(self) -> dict[int, np.ndarray]:
-        return dict(self.local_state)
+    def device_snapshot(self, dev: int) -> Any:
+        """One device's persistent state: its adapter vector, or (when it keeps more, see
+        `device_state`) a dict of named arrays with the adapter under "local"; None if none."""
+        if dev in self.device_state:
+            st = self.device_state[dev]
+            return {**st, **({LOCAL: self.local_state[dev]} if dev in self.local_state else {})}
+        return self.local_state.get(dev)
 
-    def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
-        """Replace the state of this host's devices with theirs in `state` (others ignored)."""
-        own = set(self.ids.tolist())
-        self.local_state = {int(k): v for k, v in state.items() if int(k) in own}
+    def state_dict(self) -> dict[int, Any]:
+        return {d: snap for d in sorted(set(self.local_state) | set(self.device_state))
+                if (snap := self.device_snapshot(d)) is not None}
+
+    def load_state_dict(self, state: dict[int, Any]) -> None:
+        mine = set(self.ids.tolist())
+        self.local_state, self.device_state = {}, {}
+        for k, v in state.items():
+            if int(k) not in mine:
+                continue
+            if isinstance(v, dict):
+                v = dict(v)
+                if LOCAL in v:
+                    self.local_state[int(k)] = v.pop(LOCAL)
+                self.device_state[int(k)] = v
+            else:
+                self.local_state[int(k)] = v

@@ -7,7 +7,7 @@ device per round.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from raymm.config import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.messages import Broadcast
 from raymm.models import LOCAL, GroupLayout, MultimodalNet
-from raymm.policy import LossInputs, Objective
+from raymm.policy import DeviceFinish, LossInputs, Objective
 
 
 def build_model(dataset: Dataset, spec: ModelSpec, seed: int) -> MultimodalNet:
@@ -47,6 +47,7 @@ class DeviceOutcome:
     local: np.ndarray | None
     loss: float
     extras: dict[str, np.ndarray]
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # from `device_finish`
 
 
 class LocalTrainer:
@@ -65,6 +66,8 @@ class LocalTrainer:
         self.model.to(self.device)
         self.initial_local = (self.layout.flatten(self.model, [LOCAL])[LOCAL]
                               if LOCAL in self.layout.slots else None)
+        # the model every device starts from (identical in every process: seeded build)
+        self.initial = self.layout.flatten(self.model, self.layout.groups)
         # zero-copy views of the shared arrays
         self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m])).to(self.device)
                         for m in dataset.sensors}
@@ -78,9 +81,13 @@ class LocalTrainer:
                 for m, h in zip(self.dataset.sensors, held)}
 
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
-              groups: list[str], broadcast: Broadcast, local: np.ndarray | None) -> DeviceOutcome:
+              groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
+              start: dict[str, np.ndarray] | None = None,
+              state: dict[str, np.ndarray] | None = None) -> DeviceOutcome:
+        """`start` (default: the broadcast's global vectors) is what the model is loaded with;
+        `state` is what the device kept from earlier rounds, passed to the objective's hooks."""
         model, layout = self.model, self.layout
-        layout.load(model, broadcast.params)
+        layout.load(model, broadcast.params if start is None else start)
         use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
         if use_adapter:
             layout.load(model, {LOCAL: local if local is not None else self.initial_local})
@@ -92,6 +99,16 @@ class LocalTrainer:
         anchor = {n: p.detach().clone() for n, p in trainable.items()}
         opt = self._optimizer(list(trainable.values()))
         extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
+        state = state or {}
+        prepare = getattr(self.objective, "device_tensors", None)
+        dev_tensors = prepare(state, broadcast.extras, layout, groups) if prepare else {}
+        finish = getattr(self.objective, "device_finish", None)
+        before = layout.flatten(model, groups) if finish is not None else {}
+        grad_sum: dict[str, torch.Tensor] | None = \
+            {} if getattr(self.objective, "needs_grad_mean", False) else None
+        data_aug = getattr(self.dataset, "augment", None)
+        aug_gen = (seeding.torch_generator(self.seed, rnd, device, "data_augment")
+                   if data_aug is not None else None)
 
         gen = seeding.torch_generator(self.seed, rnd, device, "batches")
         idx = torch.from_numpy(indices.astype(np.int64))
@@ -109,19 +126,47 @@ class LocalTrainer:
                 augment = getattr(self.objective, "augment", None)
                 if augment is not None:
                     xb, present = augment(xb, present, held_names, self.dataset.sensors, gen)
+                if data_aug is not None:
+                    xb = data_aug(xb, held_names, aug_gen)
                 out = model(xb, present, use_adapter=use_adapter)
                 loss = self.objective.loss(LossInputs(out, y[b], present, held_names, trainable,
-                                                      anchor, extras, rnd))
+                                                      anchor, extras, rnd, dev_tensors,
+                                                      tuple(groups)))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if grad_sum is not None:
+                    for name, p in trainable.items():
+                        if p.grad is not None:
+                            grad_sum[name] = grad_sum.get(name, 0) + p.grad.detach()
                 opt.step()
                 losses.append(float(loss.detach()))
         report = getattr(self.objective, "device_extras", None)
         dev_extras = report(model, xs, y, held_t, use_adapter) if report is not None else {}
+        updates = layout.flatten(model, groups)
+        new_state: dict[str, np.ndarray] = {}
+        if finish is not None:
+            new_state, sent = finish(DeviceFinish(
+                device, rnd, tuple(groups), before, updates, state,
+                dict(broadcast.extras), len(losses), self.training.lr,
+                self._mean_grads(grad_sum, groups, len(losses))))
+            dev_extras = {**dev_extras, **sent}
         return DeviceOutcome(
-            updates=layout.flatten(model, groups),
+            updates=updates,
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
-            loss=float(np.mean(losses)) if losses else float("nan"), extras=dev_extras)
+            loss=float(np.mean(losses)) if losses else float("nan"), extras=dev_extras,
+            state=new_state)
+
+    def _mean_grads(self, grad_sum: dict[str, torch.Tensor] | None, groups: list[str],
+                    steps: int) -> dict[str, np.ndarray]:
+        """Per-group flat mean of the summed gradients (zeros where a parameter got none)."""
+        if grad_sum is None or steps == 0:
+            return {}
+        out = {}
+        for g in groups:
+            parts = [grad_sum[s.name].reshape(-1) / steps if s.name in grad_sum
+                     else torch.zeros(s.stop - s.start) for s in self.layout.slots[g]]
+            out[g] = torch.cat(parts).numpy().astype(np.float32)
+        return out
 
     def _optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         t = self.training

@@ -30,19 +30,47 @@ class RoundPlan:
     round: int
     selected: np.ndarray              # int64 device ids, sorted
     active_groups: tuple[str, ...]    # groups the schedule trains this round
+    # periodic sync (training.exchange: delta): selected devices download only in the first
+    # round of a sync window and upload only in its last; both True every round otherwise
+    download: bool = True
+    upload: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterModels:
+    """K alternative models per group (SSCA) and which one each device is assigned.
+
+    `params[g]` is float32 [K, P]; `assignment[g]` int64 [n_devices] is the model index k_i a
+    device trains from (0 before it was ever clustered); `clustered[g]` bool [n_devices] says
+    whether it was clustered yet (a device never clustered evaluates with the consensus, i.e.
+    the group's global vector).
+    """
+
+    params: dict[str, np.ndarray]
+    assignment: dict[str, np.ndarray]
+    clustered: dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
 class Broadcast:
     """The server's payload for one round, put in the object store once.
 
-    `params[group]` is the global vector of an active group; `cluster_params` optionally holds
+    `params[group]` is the global vector of an active group; `clusters` optionally holds
     per-device alternatives (cluster models); `extras` carries e.g. prototypes.
     """
 
     round: int
     params: dict[str, np.ndarray]
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+    clusters: ClusterModels | None = None
+
+    def vector(self, group: str, device: int, evaluate: bool = False) -> np.ndarray:
+        """The vector of `group` meant for `device`: its cluster's model when the group has
+        cluster models (for evaluation only once the device was clustered), else the global."""
+        c = self.clusters
+        if c is None or group not in c.params or (evaluate and not c.clustered[group][device]):
+            return self.params[group]
+        return c.params[group][int(c.assignment[group][device])]
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,21 @@ class HostResult:
     #: device-local state after this round of the devices that trained. Not traffic: the
     #: simulator's copy of each device's own storage, so a restarted actor gets it back.
     states: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceEval:
+    """One host's devices evaluated on their own test parts (`eval.scope: devices`).
+
+    `correct_only[:, j]` counts correct predictions with only sensor j present (MIR); a row
+    with `n_test == 0` is a device without test samples.
+    """
+
+    device_ids: np.ndarray      # int64 [n], sorted
+    n_test: np.ndarray          # int64 [n]
+    correct: np.ndarray         # int64 [n], with the sensors the device holds
+    loss_sum: np.ndarray        # float64 [n], summed cross-entropy with held sensors
+    correct_only: np.ndarray    # int64 [n, M]
 
 
 def empty_result() -> HostResult:

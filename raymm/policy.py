@@ -100,6 +100,8 @@ class LossInputs:
     anchor: dict[str, Tensor]           # parameter name -> value received this round
     extras: dict[str, Tensor] = field(default_factory=dict)  # server extras, as tensors
     round: int = 0
+    local: dict[str, Tensor] = field(default_factory=dict)   # from the `device_tensors` hook
+    groups: tuple[str, ...] = ()        # parameter groups being trained this round
     #: float [B] sample weights on the vectorised path (1 = real sample, 0 = padding of a short
     #: last batch); None on the sequential path, where every row is real. See raymm.vectorised.
     weight: Tensor | None = None
@@ -113,10 +115,39 @@ def sample_mean(values: Tensor, weight: Tensor | None) -> Tensor:
     return (values * w).sum(dim=0) / weight.sum()
 
 
+@dataclass(frozen=True)
+class DeviceFinish:
+    """What the optional `Objective.device_finish` hook sees after one device's local training.
+
+    `start`/`end` are the trained groups' flat vectors before and after; `state` is what the
+    device kept from earlier rounds (see `raymm.exchange`); `steps` the optimizer steps taken.
+    """
+
+    device: int
+    round: int
+    groups: tuple[str, ...]
+    start: dict[str, np.ndarray]
+    end: dict[str, np.ndarray]
+    state: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray]
+    steps: int
+    lr: float
+    #: mean minibatch gradient per trained group over the local steps (filled only when the
+    #: objective sets `needs_grad_mean = True`)
+    grad_mean: dict[str, np.ndarray] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Objective(Protocol):
     """The local loss. Written functionally (no in-place parameter updates, no data-dependent
-    Python branches inside) so it can later be vmapped over devices."""
+    Python branches inside) so it can later be vmapped over devices.
+
+    Optional hooks (looked up with getattr): `augment(...)`, `device_extras(...)`,
+    `device_tensors(state, extras, layout, groups) -> dict[str, Tensor]` (tensors handed to
+    every loss call as `LossInputs.local`, e.g. SCAFFOLD's control-variate correction) and
+    `device_finish(DeviceFinish) -> (state updates, per-device uplink extras)` (what the device
+    keeps for later rounds, e.g. its control variate, and what it sends besides its groups).
+    """
 
     #: whether the device-local adapter is used when training
     uses_adapter: bool

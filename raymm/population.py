@@ -36,6 +36,10 @@ class Population:
     down_bps: np.ndarray              # float [n]: downlink bytes/s
     data_offsets: np.ndarray          # int [n+1]: device i's samples are
     data_indices: np.ndarray          # data_indices[data_offsets[i]:data_offsets[i+1]]
+    # each device's own test part (population.local_test_fraction), indices into the same
+    # training split; empty (all offsets 0) when devices keep all their samples for training
+    test_offsets: np.ndarray | None = None
+    test_indices: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -47,6 +51,11 @@ class Population:
 
     def indices(self, device: int) -> np.ndarray:
         return self.data_indices[self.data_offsets[device]:self.data_offsets[device + 1]]
+
+    def test_indices_of(self, device: int) -> np.ndarray:
+        if self.test_offsets is None or self.test_indices is None:
+            return np.zeros(0, np.int64)
+        return self.test_indices[self.test_offsets[device]:self.test_offsets[device + 1]]
 
     def online(self, t: int, devices: np.ndarray | None = None) -> np.ndarray:
         """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all)."""
@@ -183,6 +192,9 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
 
     parts = _partition(spec, dataset, seed)
+    tests: list[np.ndarray] | None = None
+    if spec.local_test_fraction is not None:
+        parts, tests = local_split(parts, spec.local_test_fraction, seed)
     offsets = np.zeros(n + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([p.shape[0] for p in parts])
     index_dtype = np.int32 if len(dataset.train) < 2**31 else np.int64
@@ -195,7 +207,27 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         phase=phase.astype(np.int32), hardware=hardware.astype(np.int16),
         hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
         up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
-        data_offsets=offsets, data_indices=np.concatenate(parts).astype(index_dtype))
+        data_offsets=offsets, data_indices=np.concatenate(parts).astype(index_dtype),
+        **(_test_columns(tests, index_dtype) if tests is not None else {}))
+
+
+def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
+                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each device's samples -> (train, test), round(fraction * n) of them in test, drawn from
+    the stream (seed, SETUP, device, "local_test"); both parts sorted."""
+    train, test = [], []
+    for dev, idx in enumerate(parts):
+        n_test = int(round(test_fraction * idx.shape[0]))
+        perm = seeding.rng(seed, seeding.SETUP, dev, "local_test").permutation(idx.shape[0])
+        test.append(np.sort(idx[perm[:n_test]]))
+        train.append(np.sort(idx[perm[n_test:]]))
+    return train, test
+
+
+def _test_columns(tests: list[np.ndarray], dtype: type) -> dict[str, np.ndarray]:
+    offsets = np.zeros(len(tests) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([t.shape[0] for t in tests])
+    return {"test_offsets": offsets, "test_indices": np.concatenate(tests).astype(dtype)}
 
 
 def _all_sensors_tier(sensors: tuple[str, ...], n: int):  # noqa: ANN202 - local helper

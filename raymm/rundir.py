@@ -224,6 +224,8 @@ TB_TAGS = {
     "acc_at_half_budget": "accuracy/at_half_budget",
     "tier_f1": "robustness/tier_f1",
     "worst_drop": "robustness/worst_drop",
+    "acc_multimodal": "accuracy/multimodal_devices",
+    "mir": "modality/MIR",
 }
 
 

@@ -70,6 +70,10 @@ class SerialExecutor:
     def evaluate(self, t: int) -> dict[str, float]:
         return self.server.evaluate(t)
 
+    def evaluate_devices(self, t: int) -> dict[str, Any]:
+        payload = self.server.eval_payload(t)
+        return self.server.device_metrics([h.evaluate_devices(payload) for h in self.hosts])
+
     def get(self, value: Any) -> Any:
         return value
 

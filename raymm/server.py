@@ -16,11 +16,20 @@ from raymm import seeding
 from raymm.accounting import comm_seconds, downlink_bytes
 from raymm.config import Scenario
 from raymm.data.base import Dataset
+from raymm.device_eval import device_metrics
 from raymm.evaluation import evaluate_subset, subset_name
+from raymm.exchange import sync_flags
 from raymm.faults import stragglers
 from raymm.local import build_model
 from raymm.metrics import robustness_metrics
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan, merge_results
+from raymm.messages import (
+    Broadcast,
+    DeviceEval,
+    HostResult,
+    OnlineReport,
+    RoundPlan,
+    merge_results,
+)
 from raymm.models import LOCAL, GroupLayout
 from raymm.observations import Observations
 from raymm.policy import AggregationContext, Aggregator, Schedule, SelectionContext, Selector
@@ -68,9 +77,14 @@ class Server:
         self._check_selection(selected, eligible)
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
-        plan = RoundPlan(t, selected, active)
+        plan = RoundPlan(t, selected, active, *sync_flags(t, self.sc, sched))
         self._last_counts = (len(online), len(eligible))
-        return plan, Broadcast(t, self.params, self.policies.aggregator.extras(t))
+        return plan, self._broadcast(t, self.policies.aggregator.extras(t))
+
+    def _broadcast(self, t: int, extras: dict[str, np.ndarray]) -> Broadcast:
+        """Global vectors, plus cluster models when the aggregator keeps them."""
+        clusters = getattr(self.policies.aggregator, "cluster_models", None)
+        return Broadcast(t, self.params, extras, clusters() if clusters is not None else None)
 
     def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
                   lost: np.ndarray | None = None) -> dict[str, Any]:
@@ -115,8 +129,11 @@ class Server:
         down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
                               plan.active_groups, self.sc.training.upload, self.layout.sizes,
                               4 * self.sc.model.embed_dim)
-        return down + sum(int(v.nbytes) for v in
+        down = down + sum(int(v.nbytes) for v in
                           self.policies.aggregator.extras(plan.round).values())
+        if not plan.download:  # periodic sync between windows, or Local: nothing is sent
+            down = np.zeros_like(down)
+        return down
 
     def _uplink(self, batch: Any) -> np.ndarray:
         """Bytes each returning device actually sent: its trained groups and its extras."""
@@ -152,6 +169,13 @@ class Server:
         out.update(robustness_metrics(self.model, split, self.sensors, self.tier_sensors, bs,
                                       self.dataset.num_classes, full.accuracy))
         return out
+
+    def eval_payload(self, t: int) -> Broadcast:
+        """What hosts evaluate their devices with (`eval.scope: devices`)."""
+        return self._broadcast(t, {})
+
+    def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
+        return device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
 
     # --- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems.append(f"selection.k: K={k} is larger than population.devices={n}")
     if sc is not None:
         problems += _check_population(sc)
+        problems += _check_exchange(sc)
     if problems:
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
@@ -161,4 +162,14 @@ def _check_population(sc: Scenario) -> list[str]:
     if tiers and all(t.fraction is not None for t in tiers) and \
             sum(t.fraction or 0 for t in tiers) <= 0:
         problems.append("population.tiers: fractions must not all be zero")
+    return problems
+
+
+def _check_exchange(sc: Scenario) -> list[str]:
+    problems = []
+    if sc.eval.scope == "devices" and sc.population.local_test_fraction is None:
+        problems.append("eval.scope: 'devices' needs population.local_test_fraction (e.g. 0.2)")
+    if sc.training.sync_every > 1 and sc.training.exchange != "delta":
+        problems.append(f"training.sync_every: {sc.training.sync_every} needs training.exchange: "
+                        f"delta (got {sc.training.exchange!r})")
     return problems

@@ -74,6 +74,9 @@ def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = Non
     if not getattr(objective, "vectorisable", False):
         return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
                 "(see raymm.vectorised for what that promises)")
+    hooks = [h for h in ("device_tensors", "device_finish") if hasattr(objective, h)]
+    if hooks:
+        return f"objective {type(objective).__name__} uses per-device hooks ({', '.join(hooks)})"
     if model is not None and any(True for _ in model.buffers()):
         return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
     return None
@@ -206,7 +209,7 @@ class VectorisedTrainer:
             out = functional_call(model, {**frozen, **train}, (xb, present),
                                   {"use_adapter": use_adapter})
             return objective.loss(LossInputs(out, y, present, held_names, train, anc, extras,
-                                             rnd, w))
+                                             rnd, groups=tuple(groups), weight=w))
 
         step_fn = vmap(grad_and_value(loss_fn))
         state = self.optim.init(params)
@@ -342,12 +345,14 @@ class _PrecomputedTrainer:
         return getattr(self.base, name)
 
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
-              groups: list[str], broadcast: Broadcast, local: np.ndarray | None
-              ) -> DeviceOutcome:
+              groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
+              start: dict[str, np.ndarray] | None = None,
+              state: dict[str, np.ndarray] | None = None) -> DeviceOutcome:
         hit = self.ready.pop(device, None)
         if hit is not None and hit[0] == (rnd, tuple(groups)):
             return hit[1]
-        return self.base.train(device, rnd, indices, held, groups, broadcast, local)
+        return self.base.train(device, rnd, indices, held, groups, broadcast, local, start,
+                               state)
 
 
 class VectorisedHost(DeviceHost):
@@ -358,6 +363,9 @@ class VectorisedHost(DeviceHost):
         super().__init__(device_ids, population, dataset, spec, device)
         base = self.trainer
         self.reason = why_not_vectorised(spec.objective, base.model)
+        if self.reason is None and spec.training.exchange != "params":
+            self.reason = (f"training.exchange={spec.training.exchange!r} keeps per-device "
+                           "parameters between rounds")
         self.vec = None
         if self.reason is not None:
             log.warning("training sequentially: %s", self.reason)
@@ -366,7 +374,7 @@ class VectorisedHost(DeviceHost):
         self.trainer = _PrecomputedTrainer(base)  # type: ignore[assignment]
 
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
-        if self.vec is None:
+        if self.vec is None or broadcast.clusters is not None:  # per-device cluster models
             return super().train(plan, broadcast)
         mine = plan.selected[np.isin(plan.selected, self.ids)]
         sensors, upload = self.pop.sensors, self.spec.training.upload

@@ -1,3 +1,4 @@
 """Aggregation policies (how updates combine)."""
 
-from policies.aggregation import fedavg, tide, trimmed_mean  # noqa: F401
+from policies.aggregation import (  # noqa: F401  (import registers)
+    delta_mean, fedavg, scaffold, ssca, tide, trimmed_mean)

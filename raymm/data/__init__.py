@@ -1,6 +1,6 @@
 """Datasets: the in-memory `Dataset`, the loader registry, and the built-in loaders.
 
-Importing this package registers `digits`, `synthetic`, `har` and `bench`.
+Importing this package registers `digits`, `synthetic`, `har`, `bench` and `avdigits`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raymm.data import bench, digits, har, synthetic  # noqa: F401  (import registers the loaders)
+from raymm.data import (  # noqa: F401  (import registers the loaders)
+    avdigits, bench, digits, har, synthetic)
 from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
 
 __all__ = [

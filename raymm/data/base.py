@@ -42,6 +42,9 @@ class Dataset:
     test: Split
     class_names: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: optional training-time augmentation `augment(xb, held, gen) -> xb` (picklable; applied
+    #: to every training minibatch with the stream (seed, round, device, "data_augment"))
+    augment: Any = None
 
     def sensor_shape(self, sensor: str) -> tuple[int, ...]:
         return tuple(self.train.x[sensor].shape[1:])

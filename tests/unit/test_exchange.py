@@ -1,0 +1,96 @@
+"""Device-side exchange modes: sync windows, what a device starts from, what it uploads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from policies.schedule.chain import ModalityChain, phase_lengths
+from raymm.errors import ScenarioError
+from raymm.exchange import finish, start_vectors, sync_flags
+from raymm.messages import Broadcast, ClusterModels, RoundPlan
+
+
+def _sc(exchange: str, every: int, rounds: int) -> SimpleNamespace:
+    return SimpleNamespace(rounds=rounds, training=SimpleNamespace(exchange=exchange,
+                                                                   sync_every=every))
+
+
+def test_sync_windows_restart_at_each_phase_and_end_with_a_sync() -> None:
+    chain = ModalityChain(ModalityChain.Params(chain=["a", "b"]))
+    chain.bind(SimpleNamespace(rounds=11, model=SimpleNamespace(fusion="sum_logits")),
+               ("a", "b"))
+    flags = [sync_flags(t, _sc("delta", 3, 11), chain) for t in range(1, 12)]
+    down = [t for t, (d, _) in zip(range(1, 12), flags) if d]
+    up = [t for t, (_, u) in zip(range(1, 12), flags) if u]
+    # phases: rounds 1-6 (a) and 7-11 (b)
+    assert down == [1, 4, 7, 10] and up == [3, 6, 9, 11]
+    assert all(sync_flags(t, _sc("params", 1, 11), chain) == (True, True) for t in (1, 5))
+    assert sync_flags(2, _sc("none", 1, 11), chain) == (False, False)
+
+
+def test_chain_schedule_phases_eligibility_and_groups() -> None:
+    chain = ModalityChain(ModalityChain.Params())
+    chain.bind(SimpleNamespace(rounds=7, model=SimpleNamespace(fusion="sum_logits")),
+               ("x", "y", "z"))
+    assert phase_lengths(7, 3) == [3, 2, 2]
+    assert [chain.phase(t) for t in range(1, 8)] == ["x"] * 3 + ["y"] * 2 + ["z"] * 2
+    assert chain.active_groups(4, ["sensor:x", "sensor:y", "sensor:z"]) == ("sensor:y",)
+    assert chain.phase_span(5) == (4, 5) and chain.preceding("z") == ("x", "y")
+    mask = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]], bool)
+    np.testing.assert_array_equal(chain.eligible(4, mask, ("x", "y", "z")), [False, True, True])
+    with pytest.raises(ScenarioError, match="not among"):
+        ModalityChain(ModalityChain.Params(chain=["x", "w"])).bind(
+            SimpleNamespace(rounds=4, model=SimpleNamespace(fusion="sum_logits")), ("x", "y"))
+    with pytest.raises(ScenarioError, match="sum_logits"):
+        ModalityChain(ModalityChain.Params()).bind(
+            SimpleNamespace(rounds=4, model=SimpleNamespace(fusion="concat")), ("x", "y"))
+
+
+INIT = {"g": np.zeros(2, np.float32), "h": np.full(2, 7.0, np.float32)}
+
+
+def _bcast() -> Broadcast:
+    params = {"g": np.array([1, 1], np.float32), "h": np.array([2, 2], np.float32)}
+    clusters = ClusterModels({"g": np.array([[10, 10], [20, 20]], np.float32)},
+                             {"g": np.array([0, 1])}, {"g": np.array([False, True])})
+    return Broadcast(3, params, {}, clusters)
+
+
+def test_params_mode_loads_cluster_model_and_uploads_trained_vectors() -> None:
+    plan = RoundPlan(3, np.array([1]), ("g",))
+    start, st = start_vectors("params", plan, _bcast(), 1, ["g"], {}, INIT)
+    assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [2, 2]
+    sent, _ = finish("params", plan, {"g": np.array([21, 21], np.float32)}, st, INIT)
+    assert sent["g"].tolist() == [21, 21]
+    # evaluation: a device never clustered uses the consensus (global) vector
+    assert _bcast().vector("g", 0, evaluate=True).tolist() == [1, 1]
+    assert _bcast().vector("g", 0).tolist() == [10, 10]   # but trains from its k_i = 0
+
+
+def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
+    window_start = RoundPlan(1, np.array([1]), ("g",), download=True, upload=False)
+    middle = RoundPlan(2, np.array([1]), ("g",), download=False, upload=False)
+    sync = RoundPlan(3, np.array([1]), ("g",), download=False, upload=True)
+    start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], {}, INIT)
+    assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [7, 7]  # frozen: own/init
+    sent, st = finish("delta", window_start, {"g": np.array([21, 21], np.float32)}, st, INIT)
+    assert sent == {}
+    start, st = start_vectors("delta", middle, _bcast(), 1, ["g"], st, INIT)
+    assert start["g"].tolist() == [21, 21]                 # its own parameters, no download
+    sent, st = finish("delta", sync, {"g": np.array([23, 23], np.float32)}, st, INIT)
+    assert sent["g"].tolist() == [3, 3]                    # since the download at [20, 20]
+    start, st = start_vectors("delta", middle, _bcast(), 1, ["g"], st, INIT)
+    sent, st = finish("delta", sync, {"g": np.array([24, 24], np.float32)}, st, INIT)
+    assert sent["g"].tolist() == [1, 1]                    # only the progress since the upload
+
+
+def test_none_mode_never_communicates() -> None:
+    plan = RoundPlan(1, np.array([0]), ("g", "h"), download=False, upload=False)
+    start, st = start_vectors("none", plan, _bcast(), 0, ["g", "h"], {}, INIT)
+    assert start["g"].tolist() == [0, 0]
+    sent, st = finish("none", plan, {"g": np.array([5, 5], np.float32),
+                                     "h": np.array([6, 6], np.float32)}, st, INIT)
+    assert sent == {} and st["params/g"].tolist() == [5, 5]

@@ -1,0 +1,68 @@
+"""SCAFFOLD: device control-variate update (option II), loss correction, server variate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from policies.aggregation.scaffold import Scaffold
+from policies.objective.scaffold import ScaffoldObjective, ScaffoldParams
+from raymm.messages import UpdateBatch
+from raymm.models.layout import Slot
+from raymm.observations import Observations
+from raymm.policy import AggregationContext, DeviceFinish
+
+
+def test_device_control_variate_option_ii() -> None:
+    obj = ScaffoldObjective(ScaffoldParams(variate="displacement"))
+    fin = DeviceFinish(device=0, round=2, groups=("g",), start={"g": np.array([1.0, 2.0])},
+                       end={"g": np.array([0.5, 2.5])},
+                       state={"scaffold_ci/g": np.array([0.1, 0.0])},
+                       extras={"scaffold_c/g": np.array([0.2, -0.2])}, steps=5, lr=0.1)
+    state, sent = obj.device_finish(fin)
+    # c_i+ = c_i - c + (x - y)/(K·lr) = [0.1-0.2+1, 0+0.2-1] = [0.9, -0.8]
+    np.testing.assert_allclose(state["scaffold_ci/g"], [0.9, -0.8], rtol=1e-6)
+    np.testing.assert_allclose(sent["scaffold_dc/g"], [0.8, -0.8], rtol=1e-6)
+
+
+def test_gradient_variate_equals_option_ii_under_sgd() -> None:
+    # 2 SGD steps (lr 0.1) with raw gradients g1, g2 and correction c - c_i
+    c, ci = np.array([0.2, -0.2]), np.array([0.1, 0.0])
+    g1, g2 = np.array([1.0, 0.0]), np.array([0.0, 3.0])
+    x = np.array([1.0, 2.0])
+    y = x - 0.1 * (g1 + c - ci) - 0.1 * (g2 + c - ci)
+    common = dict(device=0, round=1, groups=("g",), start={"g": x}, end={"g": y},
+                  state={"scaffold_ci/g": ci}, extras={"scaffold_c/g": c}, steps=2, lr=0.1)
+    opt2, _ = ScaffoldObjective(ScaffoldParams(variate="displacement")).device_finish(
+        DeviceFinish(**common))
+    grads, _ = ScaffoldObjective().device_finish(DeviceFinish(
+        **common, grad_mean={"g": (g1 + g2) / 2 + (c - ci)}))   # what the trainer sees
+    np.testing.assert_allclose(opt2["scaffold_ci/g"], [0.5, 1.5], rtol=1e-6)
+    np.testing.assert_allclose(grads["scaffold_ci/g"], [0.5, 1.5], rtol=1e-6)
+
+
+def test_correction_term_has_gradient_c_minus_ci() -> None:
+    obj = ScaffoldObjective(None)
+    layout = type("L", (), {"sizes": {"g": 3}, "slots": {"g": [Slot("w", (3,), 0, 3)]}})()
+    corr = obj.device_tensors({"scaffold_ci/g": np.array([1.0, 0.0, 0.0], np.float32)},
+                              {"scaffold_c/g": np.array([0.0, 2.0, 0.0], np.float32)},
+                              layout, ["g"])
+    w = torch.zeros(3, requires_grad=True)
+    (w * corr["w"]).sum().backward()
+    torch.testing.assert_close(w.grad, torch.tensor([-1.0, 2.0, 0.0]))
+
+
+def test_server_variate_is_mean_change_over_all_devices() -> None:
+    agg = Scaffold(None)
+    obs = Observations.register(np.ones((4, 1), bool), np.zeros(4, np.int64))
+    batch = UpdateBatch(np.array([0, 1]), np.array([1, 3]), np.zeros(2), np.zeros(2),
+                        {"g": np.array([[0.0, 4.0], [4.0, 0.0]], np.float32)},
+                        {"g": np.array([0, 1])},
+                        {"scaffold_dc/g": np.array([[1.0, 2.0], [3.0, 2.0]], np.float32)},
+                        np.zeros(0, np.int64), ())
+    out = agg.aggregate({"g": np.zeros(2, np.float32)}, batch,
+                        AggregationContext(1, ("a",), obs, 0))
+    np.testing.assert_allclose(out["g"], [3.0, 1.0])                 # sample-weighted mean
+    np.testing.assert_allclose(agg.extras(2)["scaffold_c/g"], [1.0, 1.0])  # (Σ Δc)/N, N = 4
+    assert agg.state_dict()["c"]["g"] == pytest.approx([1.0, 1.0])
