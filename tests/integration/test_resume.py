@@ -136,3 +136,16 @@ def test_resume_tide_with_prototypes_and_adapters(tmp_path):
     assert ck.hosts and ck.server["aggregator"]["prototypes"] is not None
     res = resume_from_round_3(tmp_path, ref)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+def test_resume_fedmchain_with_cluster_models_and_kept_parameters(tmp_path):
+    """FedMChain keeps SSCA cluster models on the server and, between syncs, each device's own
+    parameters and cluster index on the device: a resumed run must end exactly the same."""
+    settings = ["rounds=7", "training.sync_every=2", "eval.every=3",
+                "output.checkpoint_every=3", "output.tensorboard=false"]
+    ref = run(REPO / "scenarios" / "fedmchain_synthetic.yaml", settings, out=tmp_path,
+              executor="serial")
+    ck = load(ref.run_dir)
+    assert any(isinstance(v, dict) for v in ck.hosts.values())  # kept parameters per device
+    res = resume_from_round_3(tmp_path, ref)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
