@@ -14,16 +14,17 @@ ray = pytest.importorskip("ray")
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 SETTINGS = ["rounds=6", "training.sync_every=2", "eval.every=3",
-            "execution.local_num_cpus=2", "execution.actor.num_cpus=0.5",
-            "execution.devices_per_actor=7"]
+            "execution.local_num_cpus=2", "execution.actor.num_cpus=1"]
 
 
 @pytest.mark.ray
 def test_fedmchain_ray_equals_serial(tmp_path: Path) -> None:
+    # one serial host against two actors: packing must not change a number
     serial = run(SCENARIO, SETTINGS, out=tmp_path, executor="serial")
     assert not ray.is_initialized()
     try:
-        on_ray = run(SCENARIO, SETTINGS, out=tmp_path, executor="ray")
+        on_ray = run(SCENARIO, SETTINGS + ["execution.devices_per_actor=12"], out=tmp_path,
+                     executor="ray")
     finally:
         if ray.is_initialized():
             ray.shutdown()
