@@ -31,7 +31,10 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
     elif address is not None:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     else:
-        ray.init(num_cpus=execution.local_num_cpus, include_dashboard=False,
+        # "local": always a fresh embedded Ray, never a cluster that happens to run on this
+        # machine (another user's, or a test's); connect to one with RAY_ADDRESS or
+        # execution.address
+        ray.init(address="local", num_cpus=execution.local_num_cpus, include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
     return True
 
