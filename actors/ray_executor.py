@@ -8,6 +8,7 @@ aggregates them (sorted by device id). No per-device Ray call anywhere.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -19,6 +20,8 @@ from actors.packing import Packing, plan_packing
 from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec
 from raymm.engine import World
+from raymm.local import build_model
+from raymm.vectorised import why_not_vectorised
 
 
 def ensure_ray(execution: ExecutionSpec) -> bool:
@@ -39,6 +42,17 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
     return True
 
 
+def warn_if_not_vectorised(world: World) -> None:
+    """Say on the driver, not only in the actors' logs, when lock-step training was asked for
+    but the objective or model cannot do it."""
+    sc = world.scenario
+    if sc.training.vectorise:
+        why = why_not_vectorised(world.host_spec.objective,
+                                 build_model(world.dataset, sc.model, sc.seed))
+        if why:
+            logging.getLogger("raymm.vectorised").warning("training sequentially: %s", why)
+
+
 class RayExecutor:
     name = "ray"
 
@@ -47,6 +61,7 @@ class RayExecutor:
         self._owns_ray = False
 
     def start(self, world: World) -> None:
+        warn_if_not_vectorised(world)
         self._owns_ray = ensure_ray(self.execution)
         ex = self.execution
         self.k = world.scenario.selection.k
