@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from raymm.engine import World
-from raymm.vectorised import make_host
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.server import Server
+from raymm.vectorised import make_host
 
 
 def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:
