@@ -26,6 +26,8 @@ from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec
 from raymm.engine import Trained, World
 from raymm.faults import fault_seed, host_kills
+from raymm.local import build_model
+from raymm.vectorised import why_not_vectorised
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
@@ -41,9 +43,23 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
     elif address is not None:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     else:
-        ray.init(num_cpus=execution.local_num_cpus, include_dashboard=False,
+        # "local": always a fresh embedded Ray, never a cluster that happens to run on this
+        # machine (another user's, or a test's); connect to one with RAY_ADDRESS or
+        # execution.address
+        ray.init(address="local", num_cpus=execution.local_num_cpus, include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
     return True
+
+
+def warn_if_not_vectorised(world: World) -> None:
+    """Say on the driver, not only in the actors' logs, when lock-step training was asked for
+    but the objective or model cannot do it."""
+    sc = world.scenario
+    if sc.training.vectorise:
+        why = why_not_vectorised(world.host_spec.objective,
+                                 build_model(world.dataset, sc.model, sc.seed))
+        if why:
+            logging.getLogger("raymm.vectorised").warning("training sequentially: %s", why)
 
 
 class RayExecutor:
@@ -55,6 +71,7 @@ class RayExecutor:
         self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
 
     def start(self, world: World) -> None:
+        warn_if_not_vectorised(world)
         self._owns_ray = ensure_ray(self.execution)
         ex = self.execution
         self.k = world.scenario.selection.k

@@ -13,8 +13,10 @@ How it measures (see `../shared/bench/workload.md`):
     times its evaluation outside its rounds (steady = rounds 2..R+1). Final accuracies are
     then both after R+1 rounds.
   * Peak memory: machine-wide `MemTotal - MemAvailable`, sampled every 20 ms, peak minus its
-    value before the run (a multi-process run has no single max RSS); for the bare loop also its
-    own max RSS. Other processes on a shared machine move this number: read it as approximate.
+    value before the run (a multi-process run has no single max RSS); other processes on a
+    shared machine move this number. Next to it the peak PSS of the run's own process tree
+    (sampled every 200 ms), which they do not; for the bare loop also its own max RSS. The
+    table shows the fastest run's numbers, bench.json every run's.
   * Ray nices its worker processes to 15; on a machine shared with other work that makes the
     DeviceActors yield the CPU to everything else while the bare loop runs at nice 0. The bench
     starts Ray with `RAY_worker_niceness=0` (unless set) so both compete on equal terms.
@@ -40,17 +42,26 @@ MODES = ("sequential", "vectorised")
 
 
 class MemorySampler:
-    """Peak of machine-wide used memory (`MemTotal - MemAvailable`) above its starting value."""
+    """Peak of machine-wide used memory (`MemTotal - MemAvailable`) above its starting value,
+    and (every 10th sample) peak PSS of this process and all its descendants -- the run's own
+    processes only: the driver, a child bare loop, Ray's daemons and workers. PSS splits shared
+    pages (torch's libraries, the object store) between the processes mapping them."""
 
-    def __init__(self, every: float = 0.02) -> None:
+    def __init__(self, every: float = 0.02, root: int | None = None) -> None:
         self.every = every
+        self.root = root or os.getpid()  # whose process tree to sum; may be set later
         self.base = self.peak = used_bytes()
+        self.tree_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        i = 0
         while not self._stop.wait(self.every):
             self.peak = max(self.peak, used_bytes())
+            if i % 10 == 0:
+                self.tree_peak = max(self.tree_peak, tree_pss_bytes(self.root))
+            i += 1
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -64,6 +75,33 @@ class MemorySampler:
     @property
     def peak_mb(self) -> float:
         return (self.peak - self.base) / 2**20
+
+    @property
+    def tree_pss_mb(self) -> float:
+        return self.tree_peak / 2**20
+
+
+def tree_pss_bytes(root: int) -> int:
+    """Sum of PSS over `root` and its descendants (from /proc; 0 where there is none)."""
+    parent: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += parent.get(pid, [])
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total
 
 
 def used_bytes() -> int:
@@ -86,14 +124,17 @@ def run_bare(path: Path, n: int, k: int, rounds: int, seed: int) -> dict[str, An
     cmd = [sys.executable, str(path), "--clients", str(n), "--per-round", str(k),
            "--rounds", str(rounds + 1), "--seed", str(seed)]
     with MemorySampler() as mem:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        mem.root = proc.pid
+        stdout, stderr = proc.communicate()
+    line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"bare loop failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"bare loop failed ({proc.returncode}): {stderr[-2000:]}")
     res = json.loads(line[len("RESULT "):])
     return {"impl": "bare_loop", "steady_s": steady(res["round_seconds"]),
             "round_seconds": res["round_seconds"], "final_acc": res["final_acc"],
-            "peak_mb": mem.peak_mb, "max_rss_mb": res["peak_rss_mb"]}
+            "peak_mb": mem.peak_mb, "tree_pss_mb": mem.tree_pss_mb,
+            "max_rss_mb": res["peak_rss_mb"]}
 
 
 def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
@@ -108,7 +149,8 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
     walls = [r["wall_seconds"] for r in res.rows[:rounds]]  # the last round evaluates
     return {"impl": f"raymm {mode}", "executor": executor, "steady_s": steady(walls),
             "round_seconds": [round(w, 4) for w in walls],
-            "final_acc": res.summary["final_accuracy"], "peak_mb": mem.peak_mb}
+            "final_acc": res.summary["final_accuracy"], "peak_mb": mem.peak_mb,
+            "tree_pss_mb": mem.tree_pss_mb}
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -165,7 +207,8 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
             best = min(rs, key=lambda r: r["steady_s"])
             rows.append({"N": n, "K": k, **best, "ratio": best["steady_s"] / base,
                          "steady_all": [r["steady_s"] for r in rs],
-                         "peak_mb": max(r["peak_mb"] for r in rs)})
+                         "peak_mb_all": [round(r["peak_mb"]) for r in rs],
+                         "tree_pss_mb_all": [round(r["tree_pss_mb"]) for r in rs]})
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "time": time.ctime(),
             "rounds": args.rounds, "executor": args.executor}
@@ -181,9 +224,10 @@ def _line(r: dict[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = f"{'N':>6} {'K':>5}  {'implementation':<18} {'steady s/round':>14} {'ratio':>7} " \
-           f"{'final acc':>9} {'peak MB':>8}"
+           f"{'final acc':>9} {'peak MB':>8} {'tree PSS MB':>11}"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['N']:>6} {r['K']:>5}  {r['impl']:<18} {r['steady_s']:>14.4f} "
-                     f"{r['ratio']:>7.3f} {r['final_acc']:>9.4f} {r['peak_mb']:>8.0f}")
+                     f"{r['ratio']:>7.3f} {r['final_acc']:>9.4f} {r['peak_mb']:>8.0f} "
+                     f"{r['tree_pss_mb']:>11.0f}")
     return "\n".join(lines)

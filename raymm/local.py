@@ -92,7 +92,7 @@ class LocalTrainer:
         if use_adapter:
             layout.load(model, {LOCAL: local if local is not None else self.initial_local})
         names = set(layout.names(groups + ([LOCAL] if use_adapter else [])))
-        params = dict(model.named_parameters())
+        params = layout.params(model)
         for name, p in params.items():
             p.requires_grad_(name in names)
         trainable = {n: params[n] for n in sorted(names)}

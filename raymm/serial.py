@@ -12,9 +12,9 @@ import numpy as np
 
 from raymm.engine import Trained, World
 from raymm.faults import fault_seed, host_kills
-from raymm.vectorised import make_host
 from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.server import Server
+from raymm.vectorised import make_host
 
 
 def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:

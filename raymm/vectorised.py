@@ -33,6 +33,12 @@ What an objective must provide to be vectorised -- it opts in with `vectorisable
     identical; `device_extras(model, xs, y, held_t, use_adapter)` (optional) is called per
     device after training with the module holding that device's trained parameters.
 
+Starting values are the round's broadcast for travelling groups and each device's own state
+for the `local` group, as in `LocalTrainer.train`; a method whose devices start from other
+per-device parameters (e.g. cluster models) must extend `VectorisedTrainer._initial` the same way.
+A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
+(or `torch.no_grad()`, which `grad` respects) for stop-gradients such as MCFT's frozen features.
+
 Falls back to the sequential path, with the reason logged (once per host), when the objective
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
 whose lock-step run raises (its devices then train sequentially, so a crashing device is still
