@@ -6,8 +6,8 @@ idle device costs.
 
 For each scenario it prints (and writes to OUT/stress.json): devices, selected per round,
 rounds, steady seconds per round (rounds 2.., evaluation rounds included), peak memory
-(machine-wide `MemTotal - MemAvailable` above its value before the run: the driver, Ray and
-every actor) and the bytes per idle device: its population row (sensor mask, tier, clock,
+(machine-wide `MemTotal - MemAvailable` above its value before the run, and the peak PSS of the
+run's own process tree: the driver, Ray and every actor) and the bytes per idle device: its population row (sensor mask, tier, clock,
 hardware, the slice of one shared index array) and the server's observations of it (data size,
 compute-time history, selection history). Training samples are shared data, reported apart.
 """
@@ -49,7 +49,8 @@ def stress(path: str, overrides: list[str], executor: str | None, out: Path) -> 
             "rounds": len(walls), "executor": res.summary["executor"],
             "vectorise": sc.training.vectorise, "steady_s_per_round": steady(walls),
             "round_seconds": [round(w, 3) for w in walls], "build_s": build_s,
-            "peak_mb": mem.peak_mb, "final_accuracy": res.summary["final_accuracy"],
+            "peak_mb": mem.peak_mb, "tree_pss_mb": mem.tree_pss_mb,
+            "final_accuracy": res.summary["final_accuracy"],
             "mean_online": res.summary["mean_online"], **idle_bytes(world)}
 
 
@@ -65,7 +66,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(stress(path, args.overrides, args.executor, args.out))
         r = rows[-1]
         print(f"{r['scenario']}: {r['devices']} devices, K={r['k']}, {r['rounds']} rounds, "
-              f"{r['steady_s_per_round']:.3f} s/round, peak {r['peak_mb']:.0f} MB, "
+              f"{r['steady_s_per_round']:.3f} s/round, peak {r['peak_mb']:.0f} MB "
+              f"(process tree PSS {r['tree_pss_mb']:.0f} MB), "
               f"{r['bytes_per_idle_device']:.0f} B per idle device "
               f"({r['population_bytes_per_device']:.0f} population + "
               f"{r['observation_bytes_per_device']:.0f} observations), "
