@@ -43,7 +43,7 @@ class SSCAParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kappa: float = Field(default=0.7, gt=0, le=1)        # retention ratio of top-κ
     clusters: int = Field(default=5, ge=1)               # K
-    pi: float = Field(default=0.9, gt=0, le=1)           # consistency threshold π
+    pi: float = Field(default=0.9, gt=0, lt=1)           # consistency threshold π, in (0, 1)
     lambda_merge: float = Field(default=0.9, gt=0, le=1)
     eps: float = Field(default=1e-12, gt=0)
 
