@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.aggregation.fedavg import weighted_mean
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, StatelessAggregator
+from policies.aggregation.fedavg import FedAvg
 from raymm.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("delta_mean")
-class DeltaMean(StatelessAggregator):
+class DeltaMean(FedAvg):
+    """FedAvg on uploaded deltas: the weighted mean change is added to the global vector."""
+
     takes_deltas = True
 
-    def __init__(self, params: object) -> None:
-        self.params = params
-
-    def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
-                  ctx: AggregationContext) -> dict[str, np.ndarray]:
-        out = dict(params)
-        for g, rows in batch.updates.items():
-            weights = batch.group_weights(g)
-            if weights.sum() > 0:
-                out[g] = (params[g] + weighted_mean(rows, weights)).astype(np.float32)
-        return out
+    def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
+        return (current + mean).astype(np.float32)

@@ -1,16 +1,14 @@
 """`raymm data download` against a local HTTP server on 127.0.0.1 (no other address is used)."""
 
-import argparse
 import functools
 import hashlib
 import http.server
-import sys
 import threading
 
 import pytest
 
 from raymm.data.download import SOURCES, download
-from raymm.data_cli import add_data_parser, run_data
+from raymm.cli import main
 from raymm.errors import DataError, RaymmError
 
 PAYLOAD = bytes(range(256)) * 5000  # 1.28 MB: several read chunks
@@ -18,14 +16,8 @@ DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 def _cli(argv):
-    """What `raymm data ...` does once `raymm/cli.py` wires it: errors -> one line, exit 2."""
-    parser = argparse.ArgumentParser(prog="raymm")
-    add_data_parser(parser.add_subparsers(dest="command", required=True))
-    try:
-        return run_data(parser.parse_args(argv))
-    except RaymmError as exc:
-        print(f"raymm: {exc}", file=sys.stderr)
-        return 2
+    """`raymm data ...` through the real entry point: errors -> one line, exit 2."""
+    return main(list(argv))
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -116,14 +108,9 @@ def test_http_errors_and_bad_options_are_one_line(server, tmp_path, capsys):
     assert list(out.iterdir()) == []
 
 
-def test_cli_main_exit_code_once_wired(server, tmp_path, capsys):
+def test_cli_main_exit_code(server, tmp_path, capsys):
     from raymm import cli
 
-    try:
-        cli.build_parser().parse_args(["data", "list"])
-    except SystemExit:
-        pytest.skip("raymm/cli.py does not wire `raymm data` yet")
-    capsys.readouterr()
     out = tmp_path / "data"
     assert cli.main(["data", "download", "uci-har", "--url", f"{server}/release.zip",
                      "--out", str(out), "--sha256", "f" * 64, "--no-progress"]) == 2

@@ -1,8 +1,6 @@
 """`raymm data prepare`: each converter on tiny files written in the official release layout."""
 
-import argparse
 import pickle
-import sys
 import wave
 import zipfile
 import zlib
@@ -14,21 +12,15 @@ from PIL import Image
 
 from raymm.data import load_dataset
 from raymm.data.prepare import CREMA_EMOTIONS, prepare
-from raymm.data_cli import add_data_parser, run_data
+from raymm.cli import main
 from raymm.errors import DataError, RaymmError
 
 SILENCE = float(np.log(np.float32(1e-6)))  # log-mel of an all-zero frame
 
 
 def _cli(argv):
-    """What `raymm data ...` does once `raymm/cli.py` wires it: errors -> one line, exit 2."""
-    parser = argparse.ArgumentParser(prog="raymm")
-    add_data_parser(parser.add_subparsers(dest="command", required=True))
-    try:
-        return run_data(parser.parse_args(argv))
-    except RaymmError as exc:
-        print(f"raymm: {exc}", file=sys.stderr)
-        return 2
+    """`raymm data ...` through the real entry point: errors -> one line, exit 2."""
+    return main(list(argv))
 
 
 def _npz(path):
