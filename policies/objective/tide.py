@@ -11,7 +11,10 @@ Choices where the spec is open or differs from the paper:
   on single-sensor devices). In every other batch this is exactly the held set.
 - L_p and the reported class means use z before the residual adapter (`ModelOutput.z_base`):
   prototypes describe the global fused representation, which is evaluated without the adapter.
-Everything is written with masks, not data-dependent branches, so it can be vmapped later.
+Everything is written with masks, not data-dependent branches, and every term honours
+`LossInputs.weight` (padding rows of a short last batch count nowhere, and are neither anchors
+nor candidates of L_cs), so `raymm.vectorised` trains TIDE devices in lock-step. With
+`weight=None` (the sequential path) each term computes exactly what it did before.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.models import MultimodalNet
-from raymm.policy import LossInputs
+from raymm.policy import LossInputs, sample_mean
 from raymm.registry import OBJECTIVES
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
 #: zero weight times the loss stays zero (an infinite logit would give NaN gradients)
 NO_PROTOTYPE_LOGIT = -1e4
+#: logit offset that takes a padding row out of L_cs's candidates (finite for the same reason)
+PADDING_LOGIT = -1e4
 
 
 class TideObjectiveParams(BaseModel):
@@ -49,48 +54,67 @@ class TideObjectiveParams(BaseModel):
     report_aux_loss: bool = False
 
 
-def batch_presence(present: Tensor) -> Tensor:
-    """[M] float: 1 for a sensor present in every sample of the batch."""
+def batch_presence(present: Tensor, weight: Tensor | None = None) -> Tensor:
+    """[M] float: 1 for a sensor present in every real sample of the batch (padding rows,
+    weight 0, do not count)."""
+    if weight is not None:
+        present = torch.where(weight[:, None] > 0, present, torch.ones_like(present))
     return present.amin(dim=0)
 
 
-def aux_head_loss(sensor_logits: dict[str, Tensor], y: Tensor, present: Tensor) -> Tensor:
+def aux_head_loss(sensor_logits: dict[str, Tensor], y: Tensor, present: Tensor,
+                  weight: Tensor | None = None) -> Tensor:
     """L_h: mean cross-entropy of the auxiliary heads of the sensors present in the batch."""
-    per = torch.stack([F.cross_entropy(sensor_logits[m], y) for m in sensor_logits])
-    w = batch_presence(present)
+    if weight is None:
+        per = torch.stack([F.cross_entropy(sensor_logits[m], y) for m in sensor_logits])
+    else:
+        per = torch.stack([sample_mean(F.cross_entropy(sensor_logits[m], y, reduction="none"),
+                                       weight) for m in sensor_logits])
+    w = batch_presence(present, weight)
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
 
-def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float) -> Tensor:
-    """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ."""
+def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float, weight: Tensor | None = None
+                  ) -> Tensor:
+    """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ.
+    With `weight`, padding rows are neither candidates (their logits get `PADDING_LOGIT`) nor
+    anchors (weighted mean over anchors)."""
     omega = F.normalize(ea, dim=1) @ F.normalize(eb, dim=1).T / kappa
     target = torch.arange(omega.shape[0])
-    return 0.5 * (F.cross_entropy(omega, target) + F.cross_entropy(omega.T, target))
+    if weight is None:
+        return 0.5 * (F.cross_entropy(omega, target) + F.cross_entropy(omega.T, target))
+    pad = (1.0 - weight) * PADDING_LOGIT                       # [J]: 0 real, -1e4 padding
+    ab = F.cross_entropy(omega + pad[None, :], target, reduction="none")
+    ba = F.cross_entropy(omega.T + pad[None, :], target, reduction="none")
+    return 0.5 * (sample_mean(ab, weight) + sample_mean(ba, weight))
 
 
-def cross_sensor_loss(embeddings: dict[str, Tensor], present: Tensor, kappa: float) -> Tensor:
+def cross_sensor_loss(embeddings: dict[str, Tensor], present: Tensor, kappa: float,
+                      weight: Tensor | None = None) -> Tensor:
     """L_cs: mean of the pair losses over pairs of sensors both present in the batch; 0 when
-    fewer than two are (a single-sensor device)."""
+    fewer than two are (a single-sensor device). Presence is a tensor mask, not a branch:
+    under vmap each device's modality dropout may differ."""
     names = list(embeddings)
-    w_s = batch_presence(present)
+    w_s = batch_presence(present, weight)
     total = present.new_zeros(())
-    weight = present.new_zeros(())
+    pairs = present.new_zeros(())
     for a in range(len(names)):
         for b in range(a + 1, len(names)):
             w = w_s[a] * w_s[b]
-            total = total + w * info_nce_pair(embeddings[names[a]], embeddings[names[b]], kappa)
-            weight = weight + w
-    return total / weight.clamp(min=1.0)
+            total = total + w * info_nce_pair(embeddings[names[a]], embeddings[names[b]], kappa,
+                                              weight)
+            pairs = pairs + w
+    return total / pairs.clamp(min=1.0)
 
 
 def prototype_loss(z: Tensor, y: Tensor, prototypes: Tensor, mask: Tensor,
-                   kappa: float) -> Tensor:
+                   kappa: float, weight: Tensor | None = None) -> Tensor:
     """L_p: -mean_j log softmax_y(cos(z_j, p_y)/κ)[y_j], the softmax over the classes that have a
-    prototype (`mask`), the mean over samples whose class has one."""
+    prototype (`mask`), the mean over (real) samples whose class has one."""
     logits = F.normalize(z, dim=1) @ F.normalize(prototypes, dim=1).T / kappa
     logits = logits.masked_fill(mask[None, :] <= 0, NO_PROTOTYPE_LOGIT)
     per = F.cross_entropy(logits, y, reduction="none")
-    w = mask[y]
+    w = mask[y] if weight is None else mask[y] * weight
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
 
@@ -104,6 +128,9 @@ def prox_global(trainable: dict[str, Tensor], anchor: dict[str, Tensor]) -> Tens
 @OBJECTIVES.register("tide")
 class TideObjective:
     Params = TideObjectiveParams
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
+    #: train many devices at once with it
+    vectorisable = True
 
     def __init__(self, params: TideObjectiveParams) -> None:
         self.p = params
@@ -124,19 +151,23 @@ class TideObjective:
         return problems
 
     def loss(self, inp: LossInputs) -> Tensor:
-        p, out = self.p, inp.out
-        loss = F.cross_entropy(out.logits, inp.y)
+        p, out, w = self.p, inp.out, inp.weight
+        if w is None:
+            loss = F.cross_entropy(out.logits, inp.y)
+        else:
+            loss = sample_mean(F.cross_entropy(out.logits, inp.y, reduction="none"), w)
         if p.mu > 0:
             loss = loss + p.mu * prox_global(inp.trainable, inp.anchor)
         if p.lambda_h > 0:
-            loss = loss + p.lambda_h * aux_head_loss(out.sensor_logits, inp.y, inp.present)
+            loss = loss + p.lambda_h * aux_head_loss(out.sensor_logits, inp.y, inp.present, w)
         if p.lambda_cs > 0:
-            loss = loss + p.lambda_cs * cross_sensor_loss(out.embeddings, inp.present, p.kappa_c)
+            loss = loss + p.lambda_cs * cross_sensor_loss(out.embeddings, inp.present, p.kappa_c,
+                                                          w)
         if p.lambda_p > 0 and "prototypes" in inp.extras:
             assert out.z_base is not None
             loss = loss + p.lambda_p * prototype_loss(
                 out.z_base, inp.y, inp.extras["prototypes"], inp.extras["prototype_mask"],
-                p.kappa_p)
+                p.kappa_p, w)
         return loss
 
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
