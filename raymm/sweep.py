@@ -83,8 +83,9 @@ def _pct(values: list[Any], scale: float = 100.0, digits: int = 2) -> str:
 
 
 def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
-    """Mean ± sample std over seeds per scenario (in the order first seen)."""
-    head = ("| scenario | seeds | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
+    """Mean ± sample std over the runs of each scenario name (normally one per seed), in the
+    order first seen."""
+    head = ("| scenario | runs | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
             "| worst sensor | GiB | rounds | s/round |")
     lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set", "", head,
              "|" + "---|" * 11]
