@@ -33,15 +33,23 @@ What an objective must provide to be vectorised -- it opts in with `vectorisable
     identical; `device_extras(model, xs, y, held_t, use_adapter)` (optional) is called per
     device after training with the module holding that device's trained parameters.
 
-Starting values are the round's broadcast for travelling groups and each device's own state
-for the `local` group, as in `LocalTrainer.train`; a method whose devices start from other
-per-device parameters (e.g. cluster models) must extend `VectorisedTrainer._initial` the same way.
+Starting values are per device, exactly what the sequential path loads: the vectors
+`raymm.exchange.start_vectors` gives the device (the broadcast, its cluster's model, or the
+parameters it kept under `training.exchange: delta|none`) and its own adapter for the `local`
+group. Every parameter the forward uses is stacked per device -- trained ones as the vmapped
+trainable parameters, frozen ones (e.g. MCFT's earlier-modality branches) as vmapped inputs
+without gradient -- unless every device of the chunk starts from the very same vector, which
+then stays one shared tensor. The objective's per-device hooks run as on the sequential path:
+`device_tensors(state, extras, layout, groups)` per device, stacked into `LossInputs.local`
+(one device's view inside the loss); `device_finish` per device after training with its start
+and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
+device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
 (or `torch.no_grad()`, which `grad` respects) for stop-gradients such as MCFT's frozen features.
 
 Falls back to the sequential path, with the reason logged (once per host), when the objective
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
-whose lock-step run raises (its devices then train sequentially, so a crashing device is still
+whose lock-step run raises (e.g. `device_tensors` of different shapes across devices) (its devices then train sequentially, so a crashing device is still
 recorded as that device's failure).
 """
 
@@ -59,15 +67,16 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, grad_and_value, vmap
 
-from raymm import seeding
+from raymm import exchange, seeding
 from raymm.accounting import device_groups
 from raymm.config import TrainingSpec
 from raymm.data.base import Dataset
+from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
 from raymm.local import DeviceOutcome, LocalTrainer
 from raymm.messages import Broadcast, HostResult, RoundPlan
 from raymm.models import LOCAL
-from raymm.policy import LossInputs, Objective
+from raymm.policy import DeviceFinish, LossInputs, Objective
 from raymm.population import Population
 
 log = logging.getLogger("raymm.vectorised")
@@ -80,9 +89,6 @@ def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = Non
     if not getattr(objective, "vectorisable", False):
         return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
                 "(see raymm.vectorised for what that promises)")
-    hooks = [h for h in ("device_tensors", "device_finish") if hasattr(objective, h)]
-    if hooks:
-        return f"objective {type(objective).__name__} uses per-device hooks ({', '.join(hooks)})"
     if model is not None and any(True for _ in model.buffers()):
         return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
     return None
@@ -140,6 +146,10 @@ class Request:
     held: np.ndarray
     groups: tuple[str, ...]
     local: np.ndarray | None
+    #: the vectors the device loads before training (`exchange.start_vectors`); None: broadcast
+    start: dict[str, np.ndarray] | None = None
+    #: what the device kept from earlier rounds, for the objective's hooks
+    state: dict[str, np.ndarray] | None = None
 
 
 class VectorisedTrainer:
@@ -155,18 +165,20 @@ class VectorisedTrainer:
         self.objective = base.objective
         self.optim = FunctionalOptimizer(base.training)
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
-        self.start: Params = {}
+        self.fallback: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
+        self.bcast_extras: dict[str, np.ndarray] = {}
 
     def train(self, requests: list[Request], rnd: int, broadcast: Broadcast
               ) -> dict[int, DeviceOutcome]:
         """Outcomes of every device whose bucket trained; devices of a bucket that raised are
         left out (the caller trains them sequentially) and the error is logged."""
-        # the round's starting values, snapshotted: `device_extras` later loads each device's
-        # trained values into the shared module
+        # values for groups a device's start vectors do not name: the round's broadcast, else
+        # the module's current ones (as the sequential path leaves them in the module)
         self.layout.load(self.model, broadcast.params)
-        self.start = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.fallback = self.layout.flatten(self.model, list(self.layout.slots))
         self.received = broadcast.params
+        self.bcast_extras = broadcast.extras
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         out: dict[int, DeviceOutcome] = {}
@@ -197,61 +209,105 @@ class VectorisedTrainer:
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
             raise ValueError("no trainable parameters")
-        frozen = {n: p for n, p in self.start.items() if n not in names}
-        params = self._initial(reqs, names, self.start, use_adapter)
+        sources = [self._sources(r, use_adapter) for r in reqs]
+        params, shared, dev_frozen = self._initial(sources, names)
         anchor = dict(params)
+        local_t = self._device_tensors(reqs, groups)
         held = reqs[0].held
         held_names = tuple(m for m, h in zip(self.sensors, held) if h)
         held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
         gens = [seeding.torch_generator(base.seed, rnd, r.device, "batches") for r in reqs]
+        data_aug = getattr(base.dataset, "augment", None)
+        aug_gens = ([seeding.torch_generator(base.seed, rnd, r.device, "data_augment")
+                     for r in reqs] if data_aug is not None else [])
         sizes = np.array([r.indices.shape[0] for r in reqs])
         steps = -(-int(sizes[0]) // t.batch_size)
         weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
         augment = getattr(self.objective, "augment", None)
         model, objective = self.model, self.objective
 
-        def loss_fn(train: Params, anc: Params, xb: dict[str, Tensor], y: Tensor,
-                    present: Tensor, w: Tensor) -> Tensor:
-            out = functional_call(model, {**frozen, **train}, (xb, present),
+        def loss_fn(train: Params, anc: Params, frozen: Params, local: Params,
+                    xb: dict[str, Tensor], y: Tensor, present: Tensor, w: Tensor) -> Tensor:
+            out = functional_call(model, {**shared, **frozen, **train}, (xb, present),
                                   {"use_adapter": use_adapter})
             return objective.loss(LossInputs(out, y, present, held_names, train, anc, extras,
-                                             rnd, groups=tuple(groups), weight=w))
+                                             rnd, local, groups=tuple(groups), weight=w))
 
         step_fn = vmap(grad_and_value(loss_fn))
         state = self.optim.init(params)
+        grad_sum: Params | None = \
+            {} if getattr(self.objective, "needs_grad_mean", False) else None
         losses = []
         for _ in range(t.local_epochs):
             rows = self._epoch_rows(reqs, gens, sizes, steps)  # [G, steps, B] rows of the split
             for s in range(steps):
                 xb, present = self._inputs(rows[:, s], held, held_t)
                 y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
-                if augment is not None:
-                    xb, present = self._augment(augment, xb, present, weight[:, s], held_names,
-                                                gens)
-                grads, loss = step_fn(params, anchor, xb, y, present, weight[:, s])
+                if augment is not None or data_aug is not None:
+                    xb, present = self._augment(augment, data_aug, xb, present, weight[:, s],
+                                                held_names, gens, aug_gens)
+                grads, loss = step_fn(params, anchor, dev_frozen, local_t, xb, y, present,
+                                      weight[:, s])
+                if grad_sum is not None:
+                    for n, g in grads.items():
+                        grad_sum[n] = grad_sum[n] + g.detach() if n in grad_sum else g.detach()
                 params, state = self.optim.step(params, grads, state)
                 losses.append(loss.detach())
-        return self._outcomes(reqs, groups, params, torch.stack(losses, 1), use_adapter)
+        return self._outcomes(reqs, sources, groups, params, torch.stack(losses, 1),
+                              use_adapter, grad_sum, rnd)
 
-    def _initial(self, reqs: list[Request], names: list[str], live: dict[str, Tensor],
-                 use_adapter: bool) -> Params:
-        """Stacked starting values: the broadcast for travelling groups (a zero-copy expand),
-        each device's own adapter for the local group."""
-        g = len(reqs)
-        out: Params = {}
+    def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
+        """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
+        them: its start vectors (default the broadcast), then its adapter."""
+        start = self.received if r.start is None else r.start
+        src = {g: start[g] if g in start else
+               self.received[g] if g in self.received else self.fallback[g]
+               for g in self.layout.slots}
         if use_adapter:
-            init = self.base.initial_local
-            local = torch.from_numpy(np.stack([r.local if r.local is not None else init
-                                               for r in reqs]).astype(np.float32))
-        for n in names:
-            group, slot = self.slot_of[n]
-            if group == LOCAL:
-                out[n] = local[:, slot.start:slot.stop].reshape((g,) + slot.shape).to(
-                    self.base.device)
+            src[LOCAL] = r.local if r.local is not None else self.base.initial_local
+        return src
+
+    def _initial(self, sources: list[dict[str, np.ndarray]], names: list[str]
+                 ) -> tuple[Params, Params, Params]:
+        """(trainable [G, ...], shared frozen, per-device frozen [G, ...]) starting values. A
+        group whose vector is the same object for every device (the broadcast, the initial
+        model) is one tensor (expanded, zero-copy, where trained); others are stacked."""
+        g, dev = len(sources), self.base.device
+        flat: dict[str, tuple[Tensor, bool]] = {}
+        for grp in self.layout.slots:
+            vs = [s[grp] for s in sources]
+            if all(v is vs[0] for v in vs):
+                flat[grp] = (torch.tensor(np.asarray(vs[0]), dtype=torch.float32, device=dev),
+                             False)
             else:
-                p = live[n]
-                out[n] = p.unsqueeze(0).expand((g,) + tuple(p.shape))
-        return out
+                flat[grp] = (torch.from_numpy(np.stack(vs).astype(np.float32)).to(dev), True)
+        train, shared, frozen = {}, {}, {}
+        wanted = set(names)
+        for n, (grp, slot) in self.slot_of.items():
+            v, per = flat[grp]
+            if per:
+                p = v[:, slot.start:slot.stop].reshape((g,) + tuple(slot.shape))
+            else:
+                p = v[slot.start:slot.stop].reshape(tuple(slot.shape))
+            if n in wanted:
+                train[n] = p if per else p.unsqueeze(0).expand((g,) + tuple(p.shape))
+            elif per:
+                frozen[n] = p
+            else:
+                shared[n] = p
+        return {n: train[n] for n in names}, shared, frozen
+
+    def _device_tensors(self, reqs: list[Request], groups: list[str]) -> Params:
+        """The objective's `device_tensors` of every device (its own state), stacked."""
+        prepare = getattr(self.objective, "device_tensors", None)
+        if prepare is None:
+            return {}
+        per = [prepare(r.state or {}, self.bcast_extras, self.layout, groups) for r in reqs]
+        keys = set(per[0])
+        if any(set(p) != keys for p in per):
+            raise ValueError("device_tensors returned different keys for devices of one bucket")
+        return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.device)
+                for k in sorted(keys)}
 
     def _epoch_rows(self, reqs: list[Request], gens: list[torch.Generator],
                     sizes: np.ndarray, steps: int) -> Tensor:
@@ -282,47 +338,67 @@ class VectorisedTrainer:
               for m, h in zip(self.sensors, held)}
         return xb, held_t.expand(g, b, -1)
 
-    def _augment(self, augment: Callable[..., Any], xb: dict[str, Tensor], present: Tensor,
-                 weight: Tensor, held_names: tuple[str, ...], gens: list[torch.Generator]
-                 ) -> tuple[dict[str, Tensor], Tensor]:
-        """The objective's augmentation, device by device with each device's own generator, on
-        the real rows only (as the sequential path calls it), padding re-attached after."""
+    def _augment(self, augment: Callable[..., Any] | None, data_aug: Callable[..., Any] | None,
+                 xb: dict[str, Tensor], present: Tensor, weight: Tensor,
+                 held_names: tuple[str, ...], gens: list[torch.Generator],
+                 aug_gens: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
+        """The objective's augmentation, then the dataset's, device by device with each
+        device's own generators, on the real rows only (as the sequential path calls them),
+        padding re-attached after."""
         real = weight.sum(1).to(torch.int64).tolist()
         xs: dict[str, list[Tensor]] = {m: [] for m in xb}
         ps = []
         for i, gen in enumerate(gens):
             n = real[i]
-            xa, pa = augment({m: x[i, :n] for m, x in xb.items()}, present[i, :n], held_names,
-                             self.sensors, gen)
+            xa, pa = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
+            if augment is not None:
+                xa, pa = augment(xa, pa, held_names, self.sensors, gen)
+            if data_aug is not None:
+                xa = data_aug(xa, held_names, aug_gens[i])
             for m in xb:
                 xs[m].append(torch.cat([xa[m], xb[m][i, n:]]))
             ps.append(torch.cat([pa, present[i, n:]]))
         return {m: torch.stack(v) for m, v in xs.items()}, torch.stack(ps)
 
-    def _outcomes(self, reqs: list[Request], groups: list[str], params: Params,
-                  losses: Tensor, use_adapter: bool) -> dict[int, DeviceOutcome]:
+    def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
+                  groups: list[str], params: Params, losses: Tensor, use_adapter: bool,
+                  grad_sum: Params | None, rnd: int) -> dict[int, DeviceOutcome]:
         g = len(reqs)
         flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
                 for grp in groups + ([LOCAL] if use_adapter else [])}
+        steps = losses.shape[1]
+        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1)
+                                        for s in self.layout.slots[grp]], 1) / steps
+                             ).cpu().numpy().astype(np.float32) for grp in groups}
+                      if grad_sum is not None and steps else None)
         mean_loss = losses.double().mean(1).cpu().numpy()
         report = getattr(self.objective, "device_extras", None)
+        finish = getattr(self.objective, "device_finish", None)
         out = {}
         for i, r in enumerate(reqs):
             updates = {grp: flat[grp][i] for grp in groups}
             local = flat[LOCAL][i].copy() if use_adapter else r.local
-            extras = self._device_extras(report, r, updates, local, use_adapter) \
+            extras = self._device_extras(report, r, sources[i], updates, local, use_adapter) \
                 if report is not None else {}
-            out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras)
+            new_state: dict[str, np.ndarray] = {}
+            if finish is not None:
+                before = {grp: np.array(sources[i][grp], dtype=np.float32) for grp in groups}
+                new_state, sent = finish(DeviceFinish(
+                    r.device, rnd, tuple(groups), before, updates, r.state or {},
+                    dict(self.bcast_extras), steps, self.base.training.lr,
+                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {}))
+                extras = {**extras, **sent}
+            out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
         return out
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
-                       updates: dict[str, np.ndarray], local: np.ndarray | None,
-                       use_adapter: bool) -> dict[str, np.ndarray]:
-        """The module as the sequential path leaves it after training this device: the
-        round's values, the device's trained groups and its adapter."""
+                       source: dict[str, np.ndarray], updates: dict[str, np.ndarray],
+                       local: np.ndarray | None, use_adapter: bool) -> dict[str, np.ndarray]:
+        """The module as the sequential path leaves it after training this device: its
+        starting values, its trained groups and its adapter."""
         base = self.base
-        self.layout.load(self.model, self.received)
+        self.layout.load(self.model, source)
         self.layout.load(self.model, updates)
         if use_adapter and local is not None:
             self.layout.load(self.model, {LOCAL: local})
@@ -369,9 +445,6 @@ class VectorisedHost(DeviceHost):
         super().__init__(device_ids, population, dataset, spec, device)
         base = self.trainer
         self.reason = why_not_vectorised(spec.objective, base.model)
-        if self.reason is None and spec.training.exchange != "params":
-            self.reason = (f"training.exchange={spec.training.exchange!r} keeps per-device "
-                           "parameters between rounds")
         self.vec = None
         if self.reason is not None:
             log.warning("training sequentially: %s", self.reason)
@@ -380,18 +453,30 @@ class VectorisedHost(DeviceHost):
         self.trainer = _PrecomputedTrainer(base)  # type: ignore[assignment]
 
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
-        if self.vec is None or broadcast.clusters is not None:  # per-device cluster models
+        """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
+        outcomes: it recomputes each device's start vectors (`exchange.start_vectors` is pure)
+        and runs `exchange.finish`, so device state, uploads and snapshots are its own."""
+        if self.vec is None:
             return super().train(plan, broadcast)
-        mine = plan.selected[np.isin(plan.selected, self.ids)]
-        sensors, upload = self.pop.sensors, self.spec.training.upload
-        requests = []
-        for dev in mine.tolist():
-            held = self.pop.sensor_mask[dev]
-            groups = tuple(device_groups(held, sensors, plan.active_groups, upload))
-            requests.append(Request(dev, self.pop.indices(dev), held, groups,
-                                    self.local_state.get(dev)))
-        done = self.vec.train(requests, plan.round, broadcast)
+        mine = self.selected(plan)
+        crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
+        sensors, training = self.pop.sensors, self.spec.training
         pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
+        requests = []
+        for dev, crashed in zip(mine.tolist(), crash):
+            if crashed:
+                continue
+            held = self.pop.sensor_mask[dev]
+            groups = device_groups(held, sensors, plan.active_groups, training.upload)
+            try:
+                start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
+                                                      groups, self.device_state.get(dev, {}),
+                                                      pre.base.initial)
+            except Exception:  # noqa: BLE001 - the sequential path records the failure
+                continue
+            requests.append(Request(dev, self.pop.indices(dev), held, tuple(groups),
+                                    self.local_state.get(dev), start, state))
+        done = self.vec.train(requests, plan.round, broadcast)
         pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
                      for r in requests if r.device in done}
         try:

@@ -8,6 +8,11 @@ R_a: InfoNCE of the ℓ2-normalised features h̃^(m) (anchors) against h̃^(m') 
 e_b = 1 - softmax(Σ_{m'} z_b^(m'))[y_b]. Everything from frozen modalities is computed without
 gradient. The active modality is the one `sensor:<m>` group being trained; the chain is read
 from the scenario's `schedule` section, so this objective needs `schedule: modality_chain`.
+
+Every mean over samples honours `LossInputs.weight` (padding rows of a short last batch count
+nowhere and are no InfoNCE candidates), and the only Python branches are on the held sensors
+and the trained groups, which a lock-step bucket shares: `raymm.vectorised` trains MCFT devices
+in lock-step. With `weight=None` (the sequential path) each term is what it was before.
 """
 
 from __future__ import annotations
@@ -20,15 +25,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.errors import ScenarioError
-from raymm.policy import LossInputs
+from raymm.policy import LossInputs, sample_mean
 from raymm.registry import OBJECTIVES
 
 
-def info_nce(anchor: Tensor, candidates: Tensor, tau: float) -> Tensor:
-    """mean_b -log softmax_b'(cos(a_b, c_b') / τ)[b]; inputs [B, E], not yet normalised."""
+#: logit of a padding candidate: exp() underflows to 0 and 0-weight rows keep finite gradients
+PADDING_LOGIT = -1e4
+
+
+def info_nce(anchor: Tensor, candidates: Tensor, tau: float, weight: Tensor | None = None
+             ) -> Tensor:
+    """mean_b -log softmax_b'(cos(a_b, c_b') / τ)[b]; inputs [B, E], not yet normalised.
+    With `weight`, padding rows are neither candidates nor anchors."""
     a, c = F.normalize(anchor, dim=1), F.normalize(candidates, dim=1)
     sim = a @ c.T / tau
-    return F.cross_entropy(sim, torch.arange(a.shape[0]))
+    target = torch.arange(a.shape[0], device=a.device)
+    if weight is None:
+        return F.cross_entropy(sim, target)
+    sim = sim + ((1.0 - weight) * PADDING_LOGIT)[None, :]
+    return sample_mean(F.cross_entropy(sim, target, reduction="none"), weight)
 
 
 def complementarity_weights(prev_logits: Tensor, y: Tensor) -> Tensor:
@@ -49,6 +64,8 @@ class MCFTParams(BaseModel):
 class MCFTStage:
     Params = MCFTParams
     uses_adapter = False
+    #: honours `inp.weight`, branches only on what a bucket shares (see raymm.vectorised)
+    vectorisable = True
 
     def __init__(self, params: MCFTParams) -> None:
         self.p = params
@@ -65,13 +82,14 @@ class MCFTStage:
         if len(active) != 1:
             raise ValueError(f"mcft trains one modality at a time, got groups {inp.groups}")
         m = active[0]
-        out = inp.out
+        out, w = inp.out, inp.weight
         ce = F.cross_entropy(out.sensor_logits[m], inp.y, reduction="none")
         # P_m ∩ M_i is fixed per device, so this branch is not data dependent
         prev = [p for p in self.chain[:self.chain.index(m)] if p in inp.held]
         if not prev:
-            return ce.mean()
-        r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau)
-                           for p in prev]).mean()
+            return sample_mean(ce, w)
+        r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau,
+                                    w) for p in prev]).mean()
         e = complementarity_weights(sum(out.sensor_logits[p] for p in prev), inp.y)
-        return ce.mean() + self.p.lambda_a * r_a + self.p.lambda_c * (e * ce).mean()
+        return (sample_mean(ce, w) + self.p.lambda_a * r_a
+                + self.p.lambda_c * sample_mean(e * ce, w))
