@@ -249,7 +249,7 @@ class FaultSpec(Strict):
     """Deterministic fault injection; every decision is drawn from (seed, round, unit)."""
 
     #: stream seed of the faults (None: the scenario's seed)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0)
     #: per round and DeviceActor (per host on the serial executor): the actor dies mid-round
     actor_kill_prob: float = Field(default=0.0, ge=0, le=1)
     #: per selected device: it crashes before returning its update
@@ -268,7 +268,7 @@ class Scenario(Strict):
     #: run name (the run directory is <name>-<timestamp>)
     name: str = Field(min_length=1)
     #: every random draw derives from it
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     #: number of rounds
     rounds: int = Field(ge=1)
     #: a preset name (fedavg, fedprox, …) whose values this scenario overrides
