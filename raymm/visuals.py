@@ -90,8 +90,11 @@ def accuracy_vs_traffic(curves: dict[str, tuple[np.ndarray, np.ndarray]],
                         budget_gib: float | None = None) -> Figure:
     """Test accuracy against cumulative communication (GiB), one curve per run."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, (gib, acc) in curves.items():
-        ax.plot(gib, acc, marker=".", label=name)
+    colors = plt.get_cmap("tab20" if len(curves) > 10 else "tab10").colors
+    styles = ["-", "--", ":", "-."]
+    for i, (name, (gib, acc)) in enumerate(curves.items()):
+        ax.plot(gib, acc, marker=".", label=name, color=colors[i % len(colors)],
+                linestyle=styles[(i // len(colors)) % len(styles)])
     if budget_gib is not None:
         ax.axvline(budget_gib, color="k", linestyle=":", label=f"budget B = {budget_gib:g} GiB")
         ax.axvline(budget_gib / 2, color="grey", linestyle=":", label="B/2")
