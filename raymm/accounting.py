@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raymm.models.network import SHARED, sensor_group
+from raymm.models.network import SHARED
 
 FLOAT_BYTES = 4
 
@@ -54,10 +54,6 @@ def downlink_bytes(mask: np.ndarray, sensors: tuple[str, ...], active: tuple[str
     if upload == "held" and SHARED in active:
         total += (~mask).sum(axis=1).astype(np.int64) * frozen_bytes
     return total
-
-
-def sensor_groups(sensors: tuple[str, ...]) -> list[str]:
-    return [sensor_group(m) for m in sensors]
 
 
 def comm_seconds(bytes_down: np.ndarray, bytes_up: np.ndarray, down_bps: np.ndarray,

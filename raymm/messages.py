@@ -111,11 +111,6 @@ class DeviceEval:
     correct_only: np.ndarray    # int64 [n, M]
 
 
-def empty_result() -> HostResult:
-    z = np.zeros(0, np.int64)
-    return HostResult(z, z, np.zeros(0), np.zeros(0), {}, {})
-
-
 @dataclass(frozen=True)
 class UpdateBatch:
     """All hosts' results merged and sorted by device id: the aggregators' input."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from raymm.engine import Trained, World
 from raymm.faults import fault_seed, host_kills
-from raymm.messages import Broadcast, HostResult, OnlineReport, RoundPlan
+from raymm.messages import Broadcast, OnlineReport, RoundPlan
 from raymm.server import Server
 from raymm.vectorised import make_host
 

@@ -30,7 +30,7 @@ from raymm.messages import (
     RoundPlan,
     merge_results,
 )
-from raymm.models import LOCAL, GroupLayout
+from raymm.models import GroupLayout
 from raymm.observations import Observations
 from raymm.policy import AggregationContext, Aggregator, Schedule, SelectionContext, Selector
 from raymm.population import Population
@@ -190,6 +190,3 @@ class Server:
         self.policies.aggregator.load_state_dict(state["aggregator"])
         self.bytes_up, self.bytes_down = int(state["bytes_up"]), int(state["bytes_down"])
         self.sim_seconds = float(state["sim_seconds"])
-
-    def get_params(self) -> dict[str, np.ndarray]:
-        return {g: v for g, v in self.params.items() if g != LOCAL}
