@@ -3,11 +3,17 @@
 Streams are pure functions of their name, so a run gives the same numbers whatever the packing
 of devices into actors, the executor, or a checkpoint/resume in between (nothing is carried
 from one round's generator to the next).
+
+A stream's name goes through NumPy's `SeedSequence`. Hosts need the torch seeds of hundreds of
+devices per round, and building a `SeedSequence` object per device costs ~10 µs, so
+`torch_seeds` computes the same hash for a whole array of devices at once (checked against
+`SeedSequence` in the tests).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -41,3 +47,81 @@ def torch_seed(seed: int, rnd: int, device: int, purpose: str) -> int:
 
 def torch_generator(seed: int, rnd: int, device: int, purpose: str) -> torch.Generator:
     return torch.Generator().manual_seed(torch_seed(seed, rnd, device, purpose))
+
+
+def torch_seeds(seed: int, rnd: int, devices: np.ndarray, purpose: str) -> list[int]:
+    """`torch_seed` of every device in `devices`, computed for all of them at once."""
+    devices = np.asarray(devices, dtype=np.int64)
+    if devices.size and int(devices.max()) + 1 >= 1 << 32:  # two entropy words: the slow way
+        return [torch_seed(seed, rnd, int(d), purpose) for d in devices]
+    head = _words(int(seed)) + _words(int(rnd) + 1)
+    columns = [np.full(devices.shape, w, np.uint32) for w in head]
+    columns.append((devices + 1).astype(np.uint32))
+    columns += [np.full(devices.shape, w, np.uint32) for w in _words(purpose_id(purpose))]
+    state = _generate_state(_mix_entropy(columns), 2)
+    first = state[0].astype(np.uint64) | (state[1].astype(np.uint64) << np.uint64(32))
+    return (first >> np.uint64(1)).tolist()
+
+
+def generators(seeds: Sequence[int]) -> list[torch.Generator]:
+    """One torch generator per seed."""
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+# --- NumPy's SeedSequence hash, vectorised over rows -------------------------------------
+# The constants and the order of operations are those of numpy.random.SeedSequence (pool of
+# four 32-bit words); every array below holds one word per device.
+_POOL = 4
+_INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875
+_INIT_B, _MULT_B = 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R = np.uint32(0xCA01F9DD), np.uint32(0x4973F715)
+_MASK = 0xFFFFFFFF
+_SHIFT = np.uint32(16)
+
+
+def _words(value: int) -> list[int]:
+    """An entropy integer as SeedSequence splits it: 32-bit words, least significant first."""
+    out = [value & _MASK]
+    value >>= 32
+    while value:
+        out.append(value & _MASK)
+        value >>= 32
+    return out
+
+
+class _HashConst:
+    """The multiplier that SeedSequence advances at every hash; the same for every row."""
+
+    def __init__(self, init: int, mult: int) -> None:
+        self.value, self.mult = init, mult
+
+    def mix(self, words: np.ndarray) -> np.ndarray:
+        words = words ^ np.uint32(self.value)
+        self.value = (self.value * self.mult) & _MASK
+        words = words * np.uint32(self.value)
+        return words ^ (words >> _SHIFT)
+
+
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r = _MIX_L * x - _MIX_R * y
+    return r ^ (r >> _SHIFT)
+
+
+def _mix_entropy(entropy: list[np.ndarray]) -> list[np.ndarray]:
+    h = _HashConst(_INIT_A, _MULT_A)
+    zero = np.zeros_like(entropy[0])
+    pool = [h.mix(entropy[i] if i < len(entropy) else zero) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                pool[dst] = _mix(pool[dst], h.mix(pool[src]))
+    for src in range(_POOL, len(entropy)):
+        for dst in range(_POOL):
+            pool[dst] = _mix(pool[dst], h.mix(entropy[src]))
+    return pool
+
+
+def _generate_state(pool: list[np.ndarray], n_words: int) -> list[np.ndarray]:
+    """The first `n_words` 32-bit words of `SeedSequence.generate_state` for each row."""
+    h = _HashConst(_INIT_B, _MULT_B)
+    return [h.mix(pool[i % _POOL]) for i in range(n_words)]

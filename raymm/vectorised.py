@@ -216,10 +216,12 @@ class VectorisedTrainer:
         held = reqs[0].held
         held_names = tuple(m for m, h in zip(self.sensors, held) if h)
         held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
-        gens = [seeding.torch_generator(base.seed, rnd, r.device, "batches") for r in reqs]
+        devices = np.array([r.device for r in reqs], np.int64)
+        gens = seeding.generators(seeding.torch_seeds(base.seed, rnd, devices, "batches"))
         data_aug = getattr(base.dataset, "augment", None)
-        aug_gens = ([seeding.torch_generator(base.seed, rnd, r.device, "data_augment")
-                     for r in reqs] if data_aug is not None else [])
+        aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, rnd, devices,
+                                                           "data_augment"))
+                    if data_aug is not None else [])
         sizes = np.array([r.indices.shape[0] for r in reqs])
         steps = -(-int(sizes[0]) // t.batch_size)
         weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
