@@ -2,6 +2,10 @@
 
 An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
 actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here.
+
+An actor that Ray restarted after a crash has lost its devices' local state. Until the executor
+gives it back (`load_state_dict`), it refuses to report or train, so the crash is seen, never
+hidden behind devices that silently start over.
 """
 
 from __future__ import annotations
@@ -38,8 +42,15 @@ class DeviceActor:
         if why:
             logging.getLogger("raymm.actors").warning(why)
         self.host = make_host(device_ids, pop, data, spec, self.device)
+        self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
+
+    def _check_restored(self) -> None:
+        if not self.restored:
+            raise RuntimeError("this DeviceActor was restarted after a crash and has not got "
+                               "its devices' state back yet")
 
     def report_online(self, t: int) -> OnlineReport:
+        self._check_restored()
         return self.host.report_online(t)
 
     @ray.method(num_returns=2)
@@ -48,6 +59,7 @@ class DeviceActor:
         """Two objects: a small status for the driver (this actor's selected devices and their
         local states to keep safe) and the result for the server. `die` is an injected fault:
         the process exits in the middle of the round."""
+        self._check_restored()
         mine = self.host.selected(plan)
         if die:
             self.host.train(replace(plan, selected=mine[: mine.shape[0] // 2]), broadcast)
@@ -56,6 +68,7 @@ class DeviceActor:
         return {"selected": mine, "states": result.states}, replace(result, states={})
 
     def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
+        self._check_restored()
         return self.host.evaluate_devices(payload)
 
     def state_dict(self) -> dict[int, Any]:
@@ -63,6 +76,7 @@ class DeviceActor:
 
     def load_state_dict(self, state: dict[int, Any]) -> None:
         self.host.load_state_dict(state)
+        self.restored = True
 
     def placement(self) -> dict[str, Any]:
         """Where Ray put this actor: node id and address, the GPU ids it was given, the torch

@@ -5,9 +5,18 @@ plan and the broadcast as two objects (the broadcast is stored once and handed t
 by reference); each DeviceActor with selected devices returns one result object, which goes
 straight to the ServerActor, and a small status for the driver. No per-device Ray call.
 
+The driver submits the whole round at once -- reports into the plan, the plan into training,
+results into aggregation -- as a chain of object references, and waits once, at the end. Ray
+runs each task as soon as its inputs exist, so no step waits for a round trip to the driver.
+Availability does not depend on training, so the next round's reports are asked for as soon as
+this round's training is submitted: each actor answers while the server aggregates, and the
+next plan finds them waiting.
+
 A DeviceActor that dies costs the round its devices' updates, not the run: Ray restarts it
 (`max_restarts`; past that a new actor is created), and the executor gives the restarted actor
-its devices' local state back from the copy it keeps of every device's storage.
+its devices' local state back from the copy it keeps of every device's storage. A task whose
+input is an error is never run, so when the chain breaks nothing downstream of the break has
+happened, and the executor redoes just that part the careful way, one actor at a time.
 """
 
 from __future__ import annotations
@@ -69,12 +78,14 @@ class RayExecutor:
         self.execution = execution
         self._owns_ray = False
         self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
+        self._reports: dict[int, list[Any]] = {}  # round -> its reports, asked for early
 
     def start(self, world: World) -> None:
         warn_if_not_vectorised(world)
         self._owns_ray = ensure_ray(self.execution)
         ex = self.execution
         self.k = world.scenario.selection.k
+        self.rounds = world.scenario.rounds
         self.packing: Packing = plan_packing(world.population.n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
         self.faults = world.scenario.faults
@@ -95,34 +106,49 @@ class RayExecutor:
                                    max_restarts=a.max_restarts).remote(ids, *self._shared)
 
     def poll(self, t: int) -> list[Any]:
-        refs = [a.report_online.remote(t) for a in self.actors]
-        try:
-            return ray.get(refs)
-        except RayError:  # some actor is dead: its devices are simply not online this round
-            reports = []
-            for i, ref in enumerate(refs):
-                try:
-                    reports.append(ray.get(ref))
-                except RayError as exc:
-                    log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
-                    self._revive(i)
-            return reports
+        """The actors' reports, as references: they go straight into the server's plan."""
+        early = self._reports.pop(t, None)
+        self._polled = early if early is not None else \
+            [a.report_online.remote(t) for a in self.actors]
+        return self._polled
+
+    def _poll_next(self, t: int) -> None:
+        """Ask every actor for round t+1's report now (it runs after this round's training)."""
+        self._reports = {t + 1: [a.report_online.remote(t + 1) for a in self.actors]} \
+            if t < self.rounds else {}
+
+    def _poll_carefully(self, t: int) -> list[Any]:
+        """The reports of the actors that answered this round's poll; a dead (or restarted)
+        actor's devices are simply not online this round, and the actor is revived for the next
+        one."""
+        reports = []
+        for i, ref in enumerate(self._polled):
+            try:
+                reports.append(ray.get(ref))
+            except RayError as exc:
+                log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
+                self._revive(i)
+        return reports
 
     def plan(self, t: int, reports: list[Any]) -> tuple[Any, Any]:
         plan_ref, bcast_ref = self.server.plan.remote(t, *reports)
         return plan_ref, bcast_ref
 
-    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any]]:
+    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any]] | None:
         """One call per DeviceActor that has selected devices. When almost every actor has some
         (at least 4 selected devices per actor: an actor is idle with probability below
         e^-4), every actor is called with the plan's reference and the driver never waits for
-        the plan; an idle actor returns an empty result."""
+        the plan; an idle actor returns an empty result. None: the plan failed (an actor died
+        before reporting), and `aggregate` replays the round."""
         plan_ref, bcast_ref = planned
         kills = host_kills(self.faults, self.fault_seed, t, len(self.actors))
         if 4 * len(self.actors) <= self.k:
             busy = list(range(len(self.actors)))
         else:
-            plan = ray.get(plan_ref)  # small: ids of the selected devices
+            try:
+                plan = ray.get(plan_ref)  # small: ids of the selected devices
+            except RayError:
+                return None
             busy = [i for i, ids in enumerate(self.blocks) if np.isin(plan.selected, ids).any()]
         calls = []
         for i in busy:
@@ -131,17 +157,48 @@ class RayExecutor:
         return calls
 
     def aggregate(self, t: int, planned: tuple[Any, Any],
-                  calls: list[tuple[int, Any, Any]]) -> dict[str, Any]:
-        """Collect the statuses (a dead actor is an error value: its selected devices are lost
-        this round and it is revived), then let the server aggregate the surviving results."""
+                  calls: list[tuple[int, Any, Any]] | None) -> dict[str, Any]:
+        """Aggregation of every result, submitted before any of them exists; the driver waits
+        once, for the statistics, the plan and the statuses together. If that fails, an actor
+        died: before reporting (the plan failed: replay the whole round carefully) or while
+        training (its devices are lost this round; aggregate the others)."""
         plan_ref = planned[0]
+        if calls is not None:
+            stats_ref = self.server.aggregate.remote(t, plan_ref, *[r for _, _, r in calls],
+                                                     lost=np.zeros(0, np.int64))
+            self._poll_next(t)
+            try:
+                stats, plan, *statuses = ray.get([stats_ref, plan_ref,
+                                                  *[s for _, s, _ in calls]])
+            except RayError:
+                pass
+            else:
+                for status in statuses:
+                    self.vault.update(status["states"])
+                return {**stats, "actors_killed": 0, "_selected": plan.selected}
+            try:
+                ray.get(plan_ref)
+            except RayError:
+                calls = None
+        if calls is None:
+            planned = self.plan(t, self._poll_carefully(t))
+            plan_ref = planned[0]
+            # still None only if the server itself failed to plan: the next get raises it
+            calls = self.train(t, planned) or []
+        return self._aggregate_carefully(t, plan_ref, calls)
+
+    def _aggregate_carefully(self, t: int, plan_ref: Any,
+                             calls: list[tuple[int, Any, Any]]) -> dict[str, Any]:
+        """Collect the statuses one by one (a dead actor is an error value: its selected devices
+        are lost this round and it is revived), then aggregate the surviving results."""
+        self._reports = {}  # asked of actors that may be dead now: ask again next round
         out = Trained([], [], 0)
+        plan = ray.get(plan_ref)
         for i, status_ref, result_ref in calls:
             try:
                 status = ray.get(status_ref)
             except RayError as exc:
                 log.warning("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
-                plan = ray.get(plan_ref)
                 out.lost.append(plan.selected[np.isin(plan.selected, self.blocks[i])])
                 out.hosts_killed += 1
                 self._revive(i)
@@ -151,9 +208,7 @@ class RayExecutor:
                 out.results.append(result_ref)
         stats = ray.get(self.server.aggregate.remote(t, plan_ref, *out.results,
                                                      lost=out.lost_ids()))
-        stats["actors_killed"] = out.hosts_killed
-        stats["_selected"] = ray.get(plan_ref).selected
-        return stats
+        return {**stats, "actors_killed": out.hosts_killed, "_selected": plan.selected}
 
     def _revive(self, i: int) -> None:
         """Give a (restarted or, past max_restarts, replaced) actor its devices' state back."""
@@ -170,6 +225,13 @@ class RayExecutor:
     def evaluate_devices(self, t: int) -> Any:
         payload = self.server.eval_payload.remote(t)  # stored once, read by every actor
         parts = [a.evaluate_devices.remote(payload) for a in self.actors]
+        for i, part in enumerate(parts):
+            try:
+                ray.get(part)
+            except RayError as exc:  # crashed since training: give it its state back, retry
+                log.warning("DeviceActor %d failed to evaluate in round %d: %s", i, t, exc)
+                self._revive(i)
+                parts[i] = self.actors[i].evaluate_devices.remote(payload)
         return self.server.device_metrics.remote(*parts)
 
     def get(self, value: Any) -> Any:

@@ -148,8 +148,14 @@ class UpdateBatch:
 def merge_results(results: list[HostResult]) -> UpdateBatch:
     """Concatenate host results and sort every per-device array by device id.
 
-    Sorting makes aggregation independent of how devices were packed into hosts.
+    Sorting makes aggregation independent of how devices were packed into hosts. A host that
+    returned no update (none of its devices selected, or all of them failed) adds no rows; its
+    failures still count.
     """
+    failed = np.sort(np.concatenate([r.failed for r in results])) if results \
+        else np.zeros(0, np.int64)
+    errors = tuple(e for r in results for e in r.errors)
+    results = [r for r in results if r.device_ids.shape[0]]
     ids = np.concatenate([r.device_ids for r in results]) if results else np.zeros(0, np.int64)
     order = np.argsort(ids, kind="stable")
     rank = np.empty_like(order)
@@ -164,16 +170,16 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
     for g in groups:
         rows = [(rank[offsets[h] + r.senders[g]], r.updates[g])
                 for h, r in enumerate(results) if g in r.updates]
-        pos = np.concatenate([p for p, _ in rows])
-        mat = np.concatenate([m for _, m in rows])
-        o = np.argsort(pos, kind="stable")
-        senders[g], updates[g] = pos[o].astype(np.int64), mat[o]
+        pos = np.concatenate([p for p, _ in rows]).astype(np.int64)
+        mat = np.concatenate([m for _, m in rows]) if len(rows) > 1 else rows[0][1]
+        if pos.size > 1 and not np.all(pos[1:] > pos[:-1]):  # hosts out of id order
+            o = np.argsort(pos, kind="stable")
+            pos, mat = pos[o], mat[o]
+        senders[g], updates[g] = pos, mat
     extra_names = sorted({k for r in results for k in r.extras})
     extras = {k: cat(lambda r, k=k: r.extras[k]) for k in extra_names}
     return UpdateBatch(
         device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
         compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
         updates=updates, senders=senders, extras=extras,
-        failed=np.sort(np.concatenate([r.failed for r in results])) if results
-        else np.zeros(0, np.int64),
-        errors=tuple(e for r in results for e in r.errors))
+        failed=failed, errors=errors)

@@ -76,3 +76,62 @@ def test_actor_kills_on_ray_match_serial(tmp_path, ray_session):
     pd.testing.assert_frame_equal(rows_s, rows_r, check_exact=True)
     for g in ser.params:
         assert np.array_equal(ser.params[g], ray_run.params[g])
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_actor_crash_between_rounds_is_seen_and_repaired(tmp_path, ray_session):
+    """An actor that crashes while idle is restarted by Ray without its devices' state; it
+    refuses to work until the executor gives the state back, so the crash costs its devices
+    one round (lost or offline) and never lets them silently start over."""
+    import os
+    import signal
+
+    import ray
+
+    from actors.ray_executor import RayExecutor
+    from raymm.api import build_world, load_scenario
+    from raymm.engine import run_round
+
+    raw = tiny_scenario(**{"method": "tide", "rounds": 4, "selection.k": 8,
+                           "execution.executor": "ray", "execution.devices_per_actor": 6,
+                           "execution.actor": {"num_cpus": 0.1, "max_restarts": 2}})
+    sc = load_scenario(raw)
+    serial = pd.read_parquet(run(load_scenario({**raw, "execution": {"executor": "serial"}}),
+                                 out=tmp_path).run_dir / "rounds.parquet")
+    ex = RayExecutor(sc.execution)
+    ex.start(build_world(sc))
+    try:
+        rows = [run_round(ex, t, sc) for t in (1, 2)]
+        kept = {d: v for d, v in ex.vault.items() if d in set(ex.blocks[0].tolist())}
+        assert kept, "the victim's devices should hold adapters by now"
+        ray.get([r for refs in ex._reports.values() for r in refs])  # round 3's, asked early
+        os.kill(ray.get(ex.actors[0].__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
+        wait_until_restarted(ex.actors[0])
+        rows += [run_round(ex, t, sc) for t in (3, 4)]
+        state = ray.get(ex.actors[0].state_dict.remote())
+    finally:
+        ex.shutdown()
+    hit = [r["actors_killed"] > 0 or r["online"] < serial["online"].iloc[r["round"] - 1]
+           for r in rows[2:]]
+    assert any(hit), rows[2:]
+    assert set(state) == {d for d in ex.vault if d in set(ex.blocks[0].tolist())}
+    for d, v in state.items():
+        assert np.array_equal(np.asarray(v), np.asarray(ex.vault[d]))
+
+
+def wait_until_restarted(actor, timeout_s: float = 60.0) -> None:
+    import time
+
+    import ray
+    from ray.exceptions import RayError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.placement.remote(), timeout=timeout_s)
+            return
+        except RayError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
