@@ -7,7 +7,9 @@ device per round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -132,14 +134,13 @@ class LocalTrainer:
                 loss = self.objective.loss(LossInputs(out, y[b], present, held_names, trainable,
                                                       anchor, extras, rnd, dev_tensors,
                                                       tuple(groups)))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+                grads = torch.autograd.grad(loss, opt.params, allow_unused=True)
                 if grad_sum is not None:
-                    for name, p in trainable.items():
-                        if p.grad is not None:
-                            grad_sum[name] = grad_sum.get(name, 0) + p.grad.detach()
-                opt.step()
-                losses.append(float(loss.detach()))
+                    for name, g in zip(trainable, grads):
+                        if g is not None:
+                            grad_sum[name] = grad_sum.get(name, 0) + g
+                opt.step(grads)
+                losses.append(loss.detach())
         report = getattr(self.objective, "device_extras", None)
         dev_extras = report(model, xs, y, held_t, use_adapter) if report is not None else {}
         updates = layout.flatten(model, groups)
@@ -153,7 +154,8 @@ class LocalTrainer:
         return DeviceOutcome(
             updates=updates,
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
-            loss=float(np.mean(losses)) if losses else float("nan"), extras=dev_extras,
+            loss=float(torch.stack(losses).double().mean()) if losses else float("nan"),
+            extras=dev_extras,
             state=new_state)
 
     def _mean_grads(self, grad_sum: dict[str, torch.Tensor] | None, groups: list[str],
@@ -168,8 +170,57 @@ class LocalTrainer:
             out[g] = torch.cat(parts).numpy().astype(np.float32)
         return out
 
-    def _optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    def _optimizer(self, params: list[torch.nn.Parameter]) -> LocalOptimizer:
         t = self.training
         if t.optimizer == "adam":
-            return torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay)
-        return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+            return TorchOptimizer(torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay))
+        return InPlaceSGD(params, t.lr, t.momentum, t.weight_decay)
+
+
+class LocalOptimizer(Protocol):
+    """A device's optimizer for one round: `step` applies one minibatch's gradients."""
+
+    params: list[torch.Tensor]
+
+    def step(self, grads: Sequence[torch.Tensor | None]) -> None: ...
+
+
+class InPlaceSGD:
+    """`torch.optim.SGD` (no dampening, no Nesterov) as the very same in-place tensor operations,
+    without the optimizer object: for the small models of simulated devices, building a torch
+    optimizer per device and round and running its step hooks cost more than the arithmetic."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        self.params = params
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.buffers: list[torch.Tensor | None] = [None] * len(params)
+
+    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
+        with torch.no_grad():
+            for i, (p, g) in enumerate(zip(self.params, grads)):
+                if g is None:  # a parameter the loss did not use: torch.optim skips it too
+                    continue
+                if self.weight_decay:
+                    g = g.add(p, alpha=self.weight_decay)
+                if self.momentum:
+                    buf = self.buffers[i]
+                    if buf is None:
+                        buf = self.buffers[i] = torch.clone(g).detach()
+                    else:
+                        buf.mul_(self.momentum).add_(g)
+                    g = buf
+                p.add_(g, alpha=-self.lr)
+
+
+class TorchOptimizer:
+    """Any `torch.optim` optimizer behind the `LocalOptimizer` interface."""
+
+    def __init__(self, opt: torch.optim.Optimizer) -> None:
+        self.opt = opt
+        self.params = [p for group in opt.param_groups for p in group["params"]]
+
+    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.opt.step()
