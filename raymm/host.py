@@ -43,6 +43,9 @@ class DeviceHost:
                  spec: HostSpec, device: str = "cpu") -> None:
         torch.set_num_threads(spec.training.threads)
         self.ids = np.sort(np.asarray(device_ids, dtype=np.int64))
+        # executors give hosts contiguous id ranges: then "mine" is one binary search
+        self._range = (int(self.ids[0]), int(self.ids[-1]) + 1) if self.ids.size and \
+            int(self.ids[-1]) - int(self.ids[0]) + 1 == self.ids.size else None
         self.pop = population
         self.spec = spec
         self.trainer = LocalTrainer(dataset, spec.model, spec.training, spec.objective, spec.seed,
@@ -97,6 +100,9 @@ class DeviceHost:
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
         """This host's devices among the selected ones, in id order."""
+        if self._range is not None:
+            lo, hi = np.searchsorted(plan.selected, self._range)
+            return plan.selected[lo:hi]
         return plan.selected[np.isin(plan.selected, self.ids)]
 
     def _stack(self, ids: np.ndarray, outcomes: list, failed: list[int],

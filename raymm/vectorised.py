@@ -217,7 +217,7 @@ class VectorisedTrainer:
         held_names = tuple(m for m, h in zip(self.sensors, held) if h)
         held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
         devices = np.array([r.device for r in reqs], np.int64)
-        gens = seeding.generators(seeding.torch_seeds(base.seed, rnd, devices, "batches"))
+        seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
         data_aug = getattr(base.dataset, "augment", None)
         aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, rnd, devices,
                                                            "data_augment"))
@@ -227,6 +227,13 @@ class VectorisedTrainer:
         weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
         augment = getattr(self.objective, "augment", None)
         model, objective = self.model, self.objective
+        if augment is None and data_aug is None:
+            # nothing but the minibatch order draws from a device's stream: draw every epoch's
+            # order now, in the sequential path's order, with one re-seeded generator
+            all_rows = self._all_epoch_rows(reqs, seeds, sizes, steps)
+            gens = []
+        else:
+            gens = seeding.generators(seeds)
 
         def loss_fn(train: Params, anc: Params, frozen: Params, local: Params,
                     xb: dict[str, Tensor], y: Tensor, present: Tensor, w: Tensor) -> Tensor:
@@ -240,8 +247,9 @@ class VectorisedTrainer:
         grad_sum: Params | None = \
             {} if getattr(self.objective, "needs_grad_mean", False) else None
         losses = []
-        for _ in range(t.local_epochs):
-            rows = self._epoch_rows(reqs, gens, sizes, steps)  # [G, steps, B] rows of the split
+        for epoch in range(t.local_epochs):
+            # [G, steps, B] rows of the split
+            rows = all_rows[epoch] if not gens else self._epoch_rows(reqs, gens, sizes, steps)
             for s in range(steps):
                 xb, present = self._inputs(rows[:, s], held, held_t)
                 y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
@@ -316,12 +324,37 @@ class VectorisedTrainer:
         """One epoch's minibatch rows of every device, drawn from its own
         `(seed, round, device, "batches")` generator exactly as the sequential path draws them
         (per epoch, after the previous epoch's augmentation draws), padded to the batch size."""
-        bs = self.base.training.batch_size
-        rows = np.zeros((len(reqs), steps * bs), dtype=np.int64)
-        for i, (r, gen) in enumerate(zip(reqs, gens)):
+        perms = torch.zeros((len(reqs), steps * self.base.training.batch_size), dtype=torch.int64)
+        for i, gen in enumerate(gens):
             n = int(sizes[i])
-            rows[i, :n] = r.indices[torch.randperm(n, generator=gen).numpy()]
-        return torch.from_numpy(rows.reshape(len(reqs), steps, bs)).to(self.base.device)
+            torch.randperm(n, generator=gen, out=perms[i, :n])
+        return self._rows_of(reqs, perms, sizes, steps)
+
+    def _all_epoch_rows(self, reqs: list[Request], seeds: list[int], sizes: np.ndarray,
+                        steps: int) -> list[Tensor]:
+        """Every epoch's rows (as `_epoch_rows`) when nothing else draws from the devices'
+        streams: each device's epochs are consecutive draws of its own stream."""
+        epochs = self.base.training.local_epochs
+        perms = torch.zeros((epochs, len(reqs), steps * self.base.training.batch_size),
+                            dtype=torch.int64)
+        gen = torch.Generator()
+        for i, s in enumerate(seeds):
+            n = int(sizes[i])
+            gen.manual_seed(s)
+            for e in range(epochs):
+                torch.randperm(n, generator=gen, out=perms[e, i, :n])
+        return [self._rows_of(reqs, perms[e], sizes, steps) for e in range(epochs)]
+
+    def _rows_of(self, reqs: list[Request], perms: Tensor, sizes: np.ndarray,
+                 steps: int) -> Tensor:
+        """Dataset rows of the devices' permuted local positions (padding: each device's first
+        row, weighted 0), as [G, steps, B]."""
+        width = perms.shape[1]
+        local = np.zeros((len(reqs), width), dtype=np.int64)
+        for i, r in enumerate(reqs):
+            local[i, :r.indices.shape[0]] = r.indices
+        rows = torch.from_numpy(local).gather(1, perms)
+        return rows.view(len(reqs), steps, -1).to(self.base.device)
 
     def _weights(self, sizes: np.ndarray, steps: int) -> Tensor:
         bs = self.base.training.batch_size
