@@ -53,19 +53,23 @@ class DeviceActor:
         self._check_restored()
         return self.host.report_online(t)
 
-    @ray.method(num_returns=2)
-    def train(self, plan: RoundPlan, broadcast: Broadcast,
-              die: bool = False) -> tuple[dict[str, Any], HostResult]:
-        """Two objects: a small status for the driver (this actor's selected devices and their
-        local states to keep safe) and the result for the server. `die` is an injected fault:
-        the process exits in the middle of the round."""
+    @ray.method(num_returns=3)
+    def train(self, plan: RoundPlan, broadcast: Broadcast, die: bool = False,
+              next_round: int | None = None
+              ) -> tuple[dict[str, Any], HostResult, OnlineReport | None]:
+        """Three objects: a small status for the driver (this actor's selected devices and their
+        local states to keep safe), the result for the server, and the report of `next_round`
+        (availability does not depend on training, so it is answered here instead of in a
+        task of its own). `die` is an injected fault: the process exits in the middle of the
+        round."""
         self._check_restored()
         mine = self.host.selected(plan)
         if die:
             self.host.train(replace(plan, selected=mine[: mine.shape[0] // 2]), broadcast)
             os._exit(1)
         result = self.host.train(plan, broadcast)
-        return {"selected": mine, "states": result.states}, replace(result, states={})
+        report = None if next_round is None else self.host.report_online(next_round)
+        return {"selected": mine, "states": result.states}, replace(result, states={}), report
 
     def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
         self._check_restored()

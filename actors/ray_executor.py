@@ -8,9 +8,8 @@ straight to the ServerActor, and a small status for the driver. No per-device Ra
 The driver submits the whole round at once -- reports into the plan, the plan into training,
 results into aggregation -- as a chain of object references, and waits once, at the end. Ray
 runs each task as soon as its inputs exist, so no step waits for a round trip to the driver.
-Availability does not depend on training, so the next round's reports are asked for as soon as
-this round's training is submitted: each actor answers while the server aggregates, and the
-next plan finds them waiting.
+Availability does not depend on training, so each training call also returns the actor's report
+for the next round (an idle actor is asked separately): the next plan finds them waiting.
 
 A DeviceActor that dies costs the round its devices' updates, not the run: Ray restarts it
 (`max_restarts`; past that a new actor is created), and the executor gives the restarted actor
@@ -112,10 +111,14 @@ class RayExecutor:
             [a.report_online.remote(t) for a in self.actors]
         return self._polled
 
-    def _poll_next(self, t: int) -> None:
-        """Ask every actor for round t+1's report now (it runs after this round's training)."""
-        self._reports = {t + 1: [a.report_online.remote(t + 1) for a in self.actors]} \
-            if t < self.rounds else {}
+    def _poll_next(self, t: int, calls: list[tuple[int, Any, Any, Any]]) -> None:
+        """Round t+1's reports: those the training calls return, and a call to each idle actor."""
+        if t >= self.rounds:
+            self._reports = {}
+            return
+        early = {i: report for i, _, _, report in calls}
+        self._reports = {t + 1: [early[i] if i in early else a.report_online.remote(t + 1)
+                                 for i, a in enumerate(self.actors)]}
 
     def _poll_carefully(self, t: int) -> list[Any]:
         """The reports of the actors that answered this round's poll; a dead (or restarted)
@@ -134,7 +137,7 @@ class RayExecutor:
         plan_ref, bcast_ref = self.server.plan.remote(t, *reports)
         return plan_ref, bcast_ref
 
-    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any]] | None:
+    def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any, Any]] | None:
         """One call per DeviceActor that has selected devices. When almost every actor has some
         (at least 4 selected devices per actor: an actor is idle with probability below
         e^-4), every actor is called with the plan's reference and the driver never waits for
@@ -150,26 +153,29 @@ class RayExecutor:
             except RayError:
                 return None
             busy = [i for i, ids in enumerate(self.blocks) if np.isin(plan.selected, ids).any()]
+        nxt = t + 1 if t < self.rounds else None
         calls = []
         for i in busy:
-            status, result = self.actors[i].train.remote(plan_ref, bcast_ref, bool(kills[i]))
-            calls.append((i, status, result))
+            status, result, report = self.actors[i].train.remote(plan_ref, bcast_ref,
+                                                                 bool(kills[i]), nxt)
+            calls.append((i, status, result, report))
         return calls
 
     def aggregate(self, t: int, planned: tuple[Any, Any],
-                  calls: list[tuple[int, Any, Any]] | None) -> dict[str, Any]:
+                  calls: list[tuple[int, Any, Any, Any]] | None) -> dict[str, Any]:
         """Aggregation of every result, submitted before any of them exists; the driver waits
         once, for the statistics, the plan and the statuses together. If that fails, an actor
         died: before reporting (the plan failed: replay the whole round carefully) or while
         training (its devices are lost this round; aggregate the others)."""
         plan_ref = planned[0]
         if calls is not None:
-            stats_ref = self.server.aggregate.remote(t, plan_ref, *[r for _, _, r in calls],
+            stats_ref = self.server.aggregate.remote(t, plan_ref,
+                                                     *[r for _, _, r, _ in calls],
                                                      lost=np.zeros(0, np.int64))
-            self._poll_next(t)
+            self._poll_next(t, calls)
             try:
                 stats, plan, *statuses = ray.get([stats_ref, plan_ref,
-                                                  *[s for _, s, _ in calls]])
+                                                  *[s for _, s, _, _ in calls]])
             except RayError:
                 pass
             else:
@@ -188,13 +194,13 @@ class RayExecutor:
         return self._aggregate_carefully(t, plan_ref, calls)
 
     def _aggregate_carefully(self, t: int, plan_ref: Any,
-                             calls: list[tuple[int, Any, Any]]) -> dict[str, Any]:
+                             calls: list[tuple[int, Any, Any, Any]]) -> dict[str, Any]:
         """Collect the statuses one by one (a dead actor is an error value: its selected devices
         are lost this round and it is revived), then aggregate the surviving results."""
         self._reports = {}  # asked of actors that may be dead now: ask again next round
         out = Trained([], [], 0)
         plan = ray.get(plan_ref)
-        for i, status_ref, result_ref in calls:
+        for i, status_ref, result_ref, _ in calls:
             try:
                 status = ray.get(status_ref)
             except RayError as exc:
