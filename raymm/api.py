@@ -6,7 +6,7 @@ two places in `raymm` allowed to import `policies` and `actors`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import signal
 import sys
 import threading
@@ -105,11 +105,14 @@ def resolve_resume(resume: str | Path, scenario: Any, overrides: Sequence[str]
 def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         overrides: Sequence[str] = (), out: str | Path | None = None,
         executor: str | None = None, progress: bool = False,
-        resume: str | Path | None = None) -> RunResult:
+        resume: str | Path | None = None,
+        on_round: Callable[[dict[str, Any]], bool | None] | None = None) -> RunResult:
     """Validate, build, run every round, and write the run directory. Returns the summary.
 
     With `resume=RUN_DIR` the run continues from that directory's newest checkpoint and ends
-    with the same parameters and rounds table as an uninterrupted run.
+    with the same parameters and rounds table as an uninterrupted run. `on_round` is called
+    with each round's row once it is logged (outside the round's timed wall); returning True
+    stops the run after that round, as early stopping does.
     """
     ckpt = None
     if resume is not None:
@@ -141,13 +144,14 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
             writer.selected = dict(ckpt.selected)
             writer.class_names = tuple(world.dataset.class_names)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
-        return _loop(sc, world, ex, writer, first, wall_before, progress)
+        return _loop(sc, world, ex, writer, first, wall_before, progress, on_round)
     finally:
         ex.shutdown()
 
 
 def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: int,
-          wall_before: float, progress: bool) -> RunResult:
+          wall_before: float, progress: bool,
+          user_hook: Callable[[dict[str, Any]], bool | None] | None = None) -> RunResult:
     bar = _progress(sc, progress, first - 1)
     digest = checkpoint.scenario_digest(sc.to_dict())
     tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience)
@@ -165,6 +169,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
         def on_round(row: dict[str, Any]) -> bool:
             early_stop = tracker.update(row)
             writer.log_round(row)
+            if user_hook is not None:
+                early_stop = bool(user_hook(row)) or early_stop
             t = row["round"]
             every = sc.output.checkpoint_every
             if is_eval_round(t, sc) or (every and t % every == 0) or stop.requested:

@@ -14,9 +14,13 @@ How it measures (see `../shared/bench/workload.md`):
     then both after R+1 rounds.
   * Peak memory: machine-wide `MemTotal - MemAvailable`, sampled every 20 ms, peak minus its
     value before the run (a multi-process run has no single max RSS); other processes on a
-    shared machine move this number. Next to it the peak PSS of the run's own process tree
-    (sampled every 200 ms), which they do not; for the bare loop also its own max RSS. The
-    table shows the fastest run's numbers, bench.json every run's.
+    shared machine move this number. Next to it the peak PSS of the run's own process tree,
+    which they do not; for the bare loop also its own max RSS. Reading the PSS of a Ray
+    process tree costs ~0.1 s of CPU (smaps of a dozen large processes), which on 2 cores
+    would slow the very rounds being timed; so raymm's tree is read between rounds (after
+    round 1 and after the last timed round, outside the rounds' wall time) and the bare
+    loop's, whose one busy core leaves the other free, every second. The table shows the
+    fastest run's numbers, bench.json every run's.
   * Ray nices its worker processes to 15; on a machine shared with other work that makes the
     DeviceActors yield the CPU to everything else while the bare loop runs at nice 0. The bench
     starts Ray with `RAY_worker_niceness=0` (unless set) so both compete on equal terms.
@@ -43,12 +47,15 @@ MODES = ("sequential", "vectorised")
 
 class MemorySampler:
     """Peak of machine-wide used memory (`MemTotal - MemAvailable`) above its starting value,
-    and (every 10th sample) peak PSS of this process and all its descendants -- the run's own
-    processes only: the driver, a child bare loop, Ray's daemons and workers. PSS splits shared
-    pages (torch's libraries, the object store) between the processes mapping them."""
+    and (every `tree_every`-th sample, or when asked) peak PSS of this process and all its
+    descendants -- the run's own processes only: the driver, a child bare loop, Ray's daemons
+    and workers. PSS splits shared pages (torch's libraries, the object store) between the
+    processes mapping them."""
 
-    def __init__(self, every: float = 0.02, root: int | None = None) -> None:
+    def __init__(self, every: float = 0.02, root: int | None = None,
+                 tree_every: int | None = 50) -> None:
         self.every = every
+        self.tree_every = tree_every  # PSS every this many samples; None: only `sample_tree`
         self.root = root or os.getpid()  # whose process tree to sum; may be set later
         self.base = self.peak = used_bytes()
         self.tree_peak = 0
@@ -59,9 +66,12 @@ class MemorySampler:
         i = 0
         while not self._stop.wait(self.every):
             self.peak = max(self.peak, used_bytes())
-            if i % 10 == 0:
-                self.tree_peak = max(self.tree_peak, tree_pss_bytes(self.root))
+            if self.tree_every and i % self.tree_every == 0:
+                self.sample_tree()
             i += 1
+
+    def sample_tree(self) -> None:
+        self.tree_peak = max(self.tree_peak, tree_pss_bytes(self.root))
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -144,8 +154,12 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", f"seed={seed}", "eval.every=1000000",
                  f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
-    with MemorySampler() as mem:
-        res = run(SCENARIO, overrides, out=out, executor=executor)
+    with MemorySampler(tree_every=None) as mem:
+        def between_rounds(row: dict[str, Any]) -> None:
+            if row["round"] in (1, rounds):
+                mem.sample_tree()
+
+        res = run(SCENARIO, overrides, out=out, executor=executor, on_round=between_rounds)
     walls = [r["wall_seconds"] for r in res.rows[:rounds]]  # the last round evaluates
     return {"impl": f"raymm {mode}", "executor": executor, "steady_s": steady(walls),
             "round_seconds": [round(w, 4) for w in walls],

@@ -73,6 +73,7 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
         assert len(r["round_seconds"]) in (2, 3) and 0 <= r["final_acc"] <= 1
     # sequential and vectorised raymm train the same model (to float32 rounding)
     assert rows[1]["final_acc"] == pytest.approx(rows[2]["final_acc"], abs=0.01)
+    assert all(r["tree_pss_mb"] > 0 for r in rows)  # raymm's tree is read between rounds
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert len(saved["rows"]) == 3 and saved["meta"]["executor"] == "serial"
     assert "bare_loop" in capsys.readouterr().out
