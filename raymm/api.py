@@ -59,8 +59,10 @@ def build_world(sc: Scenario) -> World:
         if bind is not None:
             bind(sc, dataset.sensors)
     check_aggregator(sc.training.exchange, pol.aggregator, sc.aggregation.name)
+    combinable = bool(getattr(pol.aggregator, "combinable", False))
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
-                         fault_seed(sc.faults, sc.seed))
+                         fault_seed(sc.faults, sc.seed),
+                         combine=combinable and sc.faults.deadline_seconds is None)
     return World(sc, dataset, population, pol, host_spec)
 
 

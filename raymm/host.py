@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from raymm import exchange
+from raymm import combine, exchange
+from raymm.combine import Partials
 from raymm.accounting import compute_seconds, device_groups
 from raymm.config import FaultSpec, ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
@@ -36,6 +37,9 @@ class HostSpec:
     objective: Objective
     faults: FaultSpec = FaultSpec()
     fault_seed: int = 0
+    #: send whole id blocks pre-summed (`raymm.combine`): the aggregator needs only weighted
+    #: sums and no deadline may drop devices after the fact
+    combine: bool = False
 
 
 class DeviceHost:
@@ -115,17 +119,42 @@ class DeviceHost:
                 senders.setdefault(g, []).append(row)
         extra_names = sorted({k for _, o in outcomes for k in o.extras})
         n = self.pop.num_samples[ids].astype(np.int64)
+        rows = {g: np.stack(v) for g, v in updates.items()}
+        positions = {g: np.array(v, np.int64) for g, v in senders.items()}
+        partials = self._presum(ids, n, rows, positions) if self.spec.combine else {}
         return HostResult(
             device_ids=ids, num_samples=n,
             compute_seconds=compute_seconds(n, self.spec.training.local_epochs,
                                             self.trainer.flops, self.pop.gflops[ids]),
             loss=np.array([o.loss for _, o in outcomes], dtype=np.float64),
-            updates={g: np.stack(v) for g, v in updates.items()},
-            senders={g: np.array(v, np.int64) for g, v in senders.items()},
+            updates=rows, senders=positions, partials=partials,
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
             failed=np.array(failed, np.int64), errors=tuple(errors),
             states={int(d): snap for d in ids
                     if (snap := self.device_snapshot(int(d))) is not None})
+
+    def _presum(self, ids: np.ndarray, n: np.ndarray, rows: dict[str, np.ndarray],
+                positions: dict[str, np.ndarray]) -> dict[str, Partials]:
+        """Replace the rows of devices in id blocks this host holds whole by the blocks'
+        partial sums (in place in `rows`/`positions`); the other rows travel as they are."""
+        if self._range is None:
+            return {}
+        first, last = combine.complete_blocks(*self._range, self.pop.n)
+        out = {}
+        for g in list(rows):
+            pos = positions[g]
+            block = ids[pos] // combine.BLOCK
+            whole = (block >= first) & (block < last)
+            if not whole.any():
+                continue
+            blocks, sums, weights = combine.block_sums(rows[g][whole], n[pos[whole]],
+                                                       ids[pos[whole]])
+            out[g] = Partials(blocks, sums, weights, pos[whole])
+            if whole.all():
+                del rows[g], positions[g]
+            else:
+                rows[g], positions[g] = rows[g][~whole], pos[~whole]
+        return out
 
     def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
         """Every hosted device on its own test part, with the model it would use."""

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from raymm import combine
+from raymm.combine import Partials
+
 
 @dataclass(frozen=True)
 class OnlineReport:
@@ -78,8 +81,10 @@ class HostResult:
     """Everything one host's selected devices return in one round.
 
     `updates[group]` stacks the trained vectors of the devices that uploaded that group, and
-    `senders[group]` gives their row positions in `device_ids`. `failed` lists devices that
-    crashed before returning (an error as a value, not an exception).
+    `senders[group]` gives their row positions in `device_ids`. When the aggregator only needs
+    weighted sums, the devices of whole id blocks arrive pre-summed in `partials[group]`
+    instead (see `raymm.combine`). `failed` lists devices that crashed before returning (an
+    error as a value, not an exception).
     """
 
     device_ids: np.ndarray              # int64 [n], sorted
@@ -94,6 +99,7 @@ class HostResult:
     #: device-local state after this round of the devices that trained. Not traffic: the
     #: simulator's copy of each device's own storage, so a restarted actor gets it back.
     states: dict[int, Any] = field(default_factory=dict)
+    partials: dict[str, Partials] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,13 +130,47 @@ class UpdateBatch:
     extras: dict[str, np.ndarray]
     failed: np.ndarray
     errors: tuple[str, ...]
+    #: group -> block partials of pre-summed senders (only for aggregators that declare
+    #: `combinable`); their rows are not in `updates`
+    partials: dict[str, Partials] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return int(self.device_ids.shape[0])
 
+    def groups(self) -> list[str]:
+        """Every group somebody sent, as rows or pre-summed."""
+        return sorted(set(self.updates) | set(self.partials))
+
+    def sent(self, group: str) -> np.ndarray:
+        """Positions of every device that sent `group` (rows and pre-summed)."""
+        rows = self.senders.get(group, np.zeros(0, np.int64))
+        part = self.partials.get(group)
+        return rows if part is None else np.sort(np.concatenate([rows, part.senders]))
+
+    def weighted_mean(self, group: str, weights: np.ndarray | None = None
+                      ) -> np.ndarray | None:
+        """Σ w·x / Σ w of `group` over its senders in the canonical block order of
+        `raymm.combine` (so pre-summed and row senders give the same numbers); `weights`
+        (default: sample counts) are per row, and only rows can take custom weights. None when
+        the weights sum to zero."""
+        parts = []
+        if group in self.updates:
+            w = self.group_weights(group) if weights is None else weights
+            parts.append(combine.block_sums(self.updates[group], w,
+                                            self.device_ids[self.senders[group]]))
+        if group in self.partials:
+            if weights is not None:
+                raise ValueError(f"{group}: custom weights need every sender's row, but some "
+                                 "arrived pre-summed (the aggregator declared `combinable`)")
+            p = self.partials[group]
+            parts.append((p.blocks, p.sums, p.weights))
+        return combine.mean_of(parts) if parts else None
+
     def subset(self, keep: np.ndarray) -> UpdateBatch:
         """Only the rows where `keep` is True (e.g. without stragglers); order preserved."""
+        if self.partials:
+            raise ValueError("cannot drop devices that arrived pre-summed")
         new_pos = np.cumsum(keep) - 1
         updates, senders = {}, {}
         for g, rows in self.senders.items():
@@ -178,8 +218,17 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
         senders[g], updates[g] = pos, mat
     extra_names = sorted({k for r in results for k in r.extras})
     extras = {k: cat(lambda r, k=k: r.extras[k]) for k in extra_names}
+    partials = {}
+    for g in sorted({g for r in results for g in r.partials}):
+        parts = [(h, r.partials[g]) for h, r in enumerate(results) if g in r.partials]
+        blocks = np.concatenate([p.blocks for _, p in parts])
+        o = np.argsort(blocks, kind="stable")
+        partials[g] = Partials(
+            blocks[o], np.concatenate([p.sums for _, p in parts])[o],
+            np.concatenate([p.weights for _, p in parts])[o],
+            np.sort(np.concatenate([rank[offsets[h] + p.senders] for h, p in parts])))
     return UpdateBatch(
         device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
         compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
         updates=updates, senders=senders, extras=extras,
-        failed=failed, errors=errors)
+        failed=failed, errors=errors, partials=partials)

@@ -138,8 +138,8 @@ class Server:
     def _uplink(self, batch: Any) -> np.ndarray:
         """Bytes each returning device actually sent: its trained groups and its extras."""
         up = np.zeros(batch.n, np.int64)
-        for g, rows in batch.senders.items():
-            np.add.at(up, rows, self.layout.sizes[g] * 4)
+        for g in batch.groups():
+            np.add.at(up, batch.sent(g), self.layout.sizes[g] * 4)
         for v in batch.extras.values():  # per-device extras, e.g. class means
             up += int(v[0].nbytes) if batch.n else 0
         return up

@@ -20,6 +20,8 @@ from raymm.registry import AGGREGATORS
 
 @AGGREGATORS.register("scaffold")
 class Scaffold:
+    combinable = True  # the model step is FedAvg's; control variates travel as extras
+
     def __init__(self, params: object) -> None:
         self.fedavg = FedAvg(params)
         self.c: dict[str, np.ndarray] = {}

@@ -20,7 +20,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.aggregation.fedavg import weighted_mean
 from raymm.messages import UpdateBatch
 from raymm.policy import AggregationContext
 from raymm.registry import AGGREGATORS
@@ -84,20 +83,28 @@ class TideAggregation:
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
         out = dict(params)
-        for g, rows in batch.updates.items():
-            w = self._weights(g, batch, ctx)
-            if w.sum() > 0:
-                out[g] = weighted_mean(rows, w)
+        for g in batch.groups():
+            mean = batch.weighted_mean(g, self._weights(g, batch, ctx))
+            if mean is not None:
+                out[g] = mean
         if "class_means" in batch.extras and batch.n:
             self.prototypes, self.has_prototype = update_prototypes(
                 self.prototypes, self.has_prototype, batch.extras["class_means"],
                 batch.extras["class_counts"], self.p.momentum)
         return out
 
-    def _weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext) -> np.ndarray:
-        w = batch.group_weights(group)
+    @property
+    def combinable(self) -> bool:
+        """Data weighting needs only weighted sums (hosts may pre-sum); evidence weighting
+        compares every sender's aux loss, so it needs their rows."""
+        return self.p.weighting == "data"
+
+    def _weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext
+                 ) -> np.ndarray | None:
+        """Per-row weights, or None for the sample counts (the default of `weighted_mean`)."""
         if self.p.weighting == "data" or not group.startswith(SENSOR_PREFIX):
-            return w
+            return None
+        w = batch.group_weights(group)
         if "aux_loss" not in batch.extras:
             raise RuntimeError("evidence-weighted merging needs the devices' aux-head losses: "
                                "set objective.report_aux_loss: true (and model.aux_heads: true)")

@@ -1,13 +1,15 @@
 import numpy as np
 
-from policies.aggregation.fedavg import FedAvg, weighted_mean
+from policies.aggregation.fedavg import FedAvg
+from raymm.combine import weighted_mean
 from raymm.messages import HostResult, merge_results
 from raymm.policy import AggregationContext
 
 
 def test_weighted_mean_by_hand():
     rows = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
-    np.testing.assert_array_equal(weighted_mean(rows, np.array([1, 3])), [2.5, 5.0])
+    np.testing.assert_array_equal(weighted_mean(rows, np.array([1, 3]), np.array([4, 9])),
+                                  [2.5, 5.0])
 
 
 def _result(ids, n, updates, senders):
