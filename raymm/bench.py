@@ -124,6 +124,18 @@ def used_bytes() -> int:
     return (kib["MemTotal"] - kib["MemAvailable"]) * 1024
 
 
+def settle(timeout: float = 5.0, quiet_mb: float = 8.0) -> None:
+    """Wait until machine-wide used memory stops falling (the previous run's processes are
+    still exiting after `ray.shutdown`), so the next run's baseline is not inflated."""
+    deadline = time.monotonic() + timeout
+    last, calm = used_bytes(), 0
+    while calm < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = used_bytes()
+        calm = calm + 1 if abs(now - last) < quiet_mb * 2**20 else 0
+        last = now
+
+
 def steady(seconds: Sequence[float]) -> float:
     """Mean seconds per round over rounds 2.. (round 1 carries one-time start-up)."""
     rest = list(seconds[1:]) or list(seconds)
@@ -133,6 +145,7 @@ def steady(seconds: Sequence[float]) -> float:
 def run_bare(path: Path, n: int, k: int, rounds: int, seed: int) -> dict[str, Any]:
     cmd = [sys.executable, str(path), "--clients", str(n), "--per-round", str(k),
            "--rounds", str(rounds + 1), "--seed", str(seed)]
+    settle()
     with MemorySampler() as mem:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         mem.root = proc.pid
@@ -154,6 +167,7 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", f"seed={seed}", "eval.every=1000000",
                  f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+    settle()
     with MemorySampler(tree_every=None) as mem:
         def between_rounds(row: dict[str, Any]) -> None:
             if row["round"] in (1, rounds):

@@ -44,7 +44,12 @@ class AggregationContext:
 
 @runtime_checkable
 class Aggregator(Protocol):
-    """How updates combine. Owns its server state (e.g. prototypes, cluster models)."""
+    """How updates combine. Owns its server state (e.g. prototypes, cluster models).
+
+    Optional: `combinable = True` when the new vectors depend on the updates only through
+    `UpdateBatch.weighted_mean` (hosts may then send whole id blocks pre-summed; see
+    `raymm.combine`). Without it, every sender's row arrives in `batch.updates`.
+    """
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
