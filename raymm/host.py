@@ -98,8 +98,9 @@ class DeviceHost:
                 self.device_state[dev] = state
             done.append(dev)
             # a round without upload (periodic sync, Local) sends nothing, extras included
-            outcomes.append((list(sent), replace(out, updates=sent, extras=out.extras
-                                                 if plan.upload else {})))
+            if sent is not out.updates or not plan.upload:
+                out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
+            outcomes.append((list(sent), out))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors)
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
