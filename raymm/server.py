@@ -46,6 +46,10 @@ class Policies:
 class Server:
     def __init__(self, scenario: Scenario, dataset: Dataset, population: Population,
                  policies: Policies) -> None:
+        # evaluation's macro F1 imports sklearn.metrics (and scipy.stats): ~0.8 s the first
+        # time, paid here at start-up rather than in the first evaluation round
+        import sklearn.metrics  # noqa: F401
+
         torch.set_num_threads(scenario.training.threads)
         self.sc = scenario
         self.dataset = dataset
