@@ -78,6 +78,7 @@ class RayExecutor:
         self._owns_ray = False
         self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
         self._reports: dict[int, list[Any]] = {}  # round -> its reports, asked for early
+        self._polled: list[Any] = []  # the report references this round's plan was given
 
     def start(self, world: World) -> None:
         warn_if_not_vectorised(world)

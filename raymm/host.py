@@ -137,7 +137,8 @@ class DeviceHost:
     def _presum(self, ids: np.ndarray, n: np.ndarray, rows: dict[str, np.ndarray],
                 positions: dict[str, np.ndarray]) -> dict[str, Partials]:
         """Replace the rows of devices in id blocks this host holds whole by the blocks'
-        partial sums (in place in `rows`/`positions`); the other rows travel as they are."""
+        partial sums (in place in `rows`/`positions`); the other rows travel as they are, and
+        so does a block's only sender (its float64 sum would be twice the bytes of its row)."""
         if self._range is None:
             return {}
         first, last = combine.complete_blocks(*self._range, self.pop.n)
@@ -146,6 +147,8 @@ class DeviceHost:
             pos = positions[g]
             block = ids[pos] // combine.BLOCK
             whole = (block >= first) & (block < last)
+            _, inverse, counts = np.unique(block, return_inverse=True, return_counts=True)
+            whole &= counts[inverse] >= 2
             if not whole.any():
                 continue
             blocks, sums, weights = combine.block_sums(rows[g][whole], n[pos[whole]],

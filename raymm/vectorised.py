@@ -328,7 +328,7 @@ class VectorisedTrainer:
         for i, gen in enumerate(gens):
             n = int(sizes[i])
             torch.randperm(n, generator=gen, out=perms[i, :n])
-        return self._rows_of(reqs, perms, sizes, steps)
+        return self._rows_of(reqs, perms, steps)
 
     def _all_epoch_rows(self, reqs: list[Request], seeds: list[int], sizes: np.ndarray,
                         steps: int) -> list[Tensor]:
@@ -343,10 +343,9 @@ class VectorisedTrainer:
             gen.manual_seed(s)
             for e in range(epochs):
                 torch.randperm(n, generator=gen, out=perms[e, i, :n])
-        return [self._rows_of(reqs, perms[e], sizes, steps) for e in range(epochs)]
+        return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 
-    def _rows_of(self, reqs: list[Request], perms: Tensor, sizes: np.ndarray,
-                 steps: int) -> Tensor:
+    def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
         """Dataset rows of the devices' permuted local positions (padding: each device's first
         row, weighted 0), as [G, steps, B]."""
         width = perms.shape[1]
