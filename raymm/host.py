@@ -68,6 +68,7 @@ class DeviceHost:
         failed (an error value), never propagated."""
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
+        self.trainer.prepare_round(plan.round, mine)
         done: list[int] = []
         outcomes = []
         failed, errors = [], []

@@ -74,6 +74,8 @@ class LocalTrainer:
         self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m])).to(self.device)
                         for m in dataset.sensors}
         self.train_y = torch.from_numpy(np.asarray(dataset.train.y)).to(self.device)
+        self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
+        self._generators: dict[str, torch.Generator] = {}
 
     def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
         """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
@@ -109,10 +111,8 @@ class LocalTrainer:
         grad_sum: dict[str, torch.Tensor] | None = \
             {} if getattr(self.objective, "needs_grad_mean", False) else None
         data_aug = getattr(self.dataset, "augment", None)
-        aug_gen = (seeding.torch_generator(self.seed, rnd, device, "data_augment")
-                   if data_aug is not None else None)
-
-        gen = seeding.torch_generator(self.seed, rnd, device, "batches")
+        aug_gen = self._generator(rnd, device, "data_augment") if data_aug is not None else None
+        gen = self._generator(rnd, device, "batches")
         idx = torch.from_numpy(indices.astype(np.int64))
         xs, y = self.inputs(idx, held), self.train_y[idx]
         held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
@@ -154,9 +154,28 @@ class LocalTrainer:
         return DeviceOutcome(
             updates=updates,
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
-            loss=float(torch.stack(losses).double().mean()) if losses else float("nan"),
+            loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
             extras=dev_extras,
             state=new_state)
+
+    def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
+        """Derive the round's stream seeds of the devices about to train, all at once."""
+        augments = getattr(self.dataset, "augment", None) is not None
+        purposes = ["batches"] + (["data_augment"] if augments else [])
+        self._seeds = {(rnd, p): dict(zip(devices.tolist(),
+                                          seeding.torch_seeds(self.seed, rnd, devices, p)))
+                       for p in purposes}
+
+    def _generator(self, rnd: int, device: int, purpose: str) -> torch.Generator:
+        """The device's (seed, round, device, purpose) generator: one reusable generator per
+        purpose, re-seeded (devices train one after another)."""
+        seed = self._seeds.get((rnd, purpose), {}).get(device)
+        if seed is None:
+            seed = seeding.torch_seed(self.seed, rnd, device, purpose)
+        gen = self._generators.get(purpose)
+        if gen is None:
+            gen = self._generators[purpose] = torch.Generator()
+        return gen.manual_seed(seed)
 
     def _mean_grads(self, grad_sum: dict[str, torch.Tensor] | None, groups: list[str],
                     steps: int) -> dict[str, np.ndarray]:
