@@ -45,10 +45,6 @@ def torch_seed(seed: int, rnd: int, device: int, purpose: str) -> int:
     return int(ss.generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
-def torch_generator(seed: int, rnd: int, device: int, purpose: str) -> torch.Generator:
-    return torch.Generator().manual_seed(torch_seed(seed, rnd, device, purpose))
-
-
 def torch_seeds(seed: int, rnd: int, devices: np.ndarray, purpose: str) -> list[int]:
     """`torch_seed` of every device in `devices`, computed for all of them at once."""
     devices = np.asarray(devices, dtype=np.int64)

@@ -460,6 +460,11 @@ class _PrecomputedTrainer:
             raise AttributeError(name)
         return getattr(self.base, name)
 
+    def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
+        """Seeds only for the devices left to train sequentially: the lock-step run derived
+        its own."""
+        self.base.prepare_round(rnd, devices[~np.isin(devices, list(self.ready))])
+
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
               groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
               start: dict[str, np.ndarray] | None = None,
