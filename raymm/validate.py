@@ -42,11 +42,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     if sensors is not None:
         problems += _check_sensors(pop, merged.get("model"), sensors,
                                    (merged.get("dataset") or {"name": "synthetic"})["name"])
-    k = (merged.get("selection") or {}).get("k", 10) if isinstance(merged.get("selection"),
-                                                                   dict) else None
-    n = pop.get("devices", 20)
-    if isinstance(k, int) and isinstance(n, int) and k > n >= 1:
-        problems.append(f"selection.k: K={k} is larger than population.devices={n}")
+    problems += _check_k(merged.get("selection"), pop)
     if sc is not None:
         problems += _check_population(sc)
         problems += _check_exchange(sc)
@@ -54,6 +50,18 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
     return sc
+
+
+def _check_k(selection: Any, population: Mapping[str, Any]) -> list[str]:
+    """K ≤ N, on the raw sections (so it is reported next to schema errors elsewhere); a
+    missing key means the schema's default."""
+    defaults = Scenario.model_fields
+    k = (selection if isinstance(selection, dict) else {}).get(
+        "k", defaults["selection"].default.k)
+    n = population.get("devices", defaults["population"].default.devices)
+    if isinstance(k, int) and isinstance(n, int) and k > n >= 1:
+        return [f"selection.k: K={k} is larger than population.devices={n}"]
+    return []
 
 
 def merge_preset(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],

@@ -102,3 +102,11 @@ def test_load_scenario_reads_yaml(tmp_path):
     p.write_text("name: [unclosed\n")
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(p)
+
+
+def test_default_k_larger_than_population_is_rejected():
+    """No selection section means K = the schema's default (10), which 5 devices cannot hold."""
+    assert problems_of({"name": "x", "rounds": 1, "population": {"devices": 5}}) == [
+        "selection.k: K=10 is larger than population.devices=5"]
+    assert problems_of({"name": "x", "rounds": 1, "selection": {"k": 30}}) == [
+        "selection.k: K=30 is larger than population.devices=20"]
