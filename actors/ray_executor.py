@@ -33,7 +33,7 @@ from actors.packing import Packing, plan_packing
 from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec
 from raymm.engine import Trained, World
-from raymm.faults import fault_seed, host_kills
+from raymm.faults import host_kills
 from raymm.local import build_model
 from raymm.vectorised import why_not_vectorised
 
@@ -88,8 +88,7 @@ class RayExecutor:
         self.rounds = world.scenario.rounds
         self.packing: Packing = plan_packing(world.population.n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
-        self.faults = world.scenario.faults
-        self.fault_seed = fault_seed(world.scenario.faults, world.scenario.seed)
+        self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
         pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
         # kept alive for the whole run: a restarted actor re-reads its constructor arguments
         self._shared = ([pop_ref], [data_ref], world.host_spec)

@@ -50,6 +50,22 @@ def evaluate_subset(model: MultimodalNet, split: Split, sensors: tuple[str, ...]
     return EvalResult(float((p == split.y).mean()), loss_sum / max(n, 1), p)
 
 
+class SubsetEvaluator:
+    """`evaluate_subset` of one model on one split, each sensor subset run once (an evaluation
+    round asks for the same subsets under several names: a tier, a single sensor, all sensors
+    but one)."""
+
+    def __init__(self, model: MultimodalNet, split: Split, batch_size: int) -> None:
+        self.model, self.split, self.batch_size = model, split, batch_size
+        self._done: dict[tuple[str, ...], EvalResult] = {}
+
+    def __call__(self, sensors: tuple[str, ...]) -> EvalResult:
+        if sensors not in self._done:
+            self._done[sensors] = evaluate_subset(self.model, self.split, sensors,
+                                                  self.batch_size)
+        return self._done[sensors]
+
+
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
     """Macro F1 over the classes present in y_true or y_pred (sklearn's default behaviour)."""
     from sklearn.metrics import f1_score

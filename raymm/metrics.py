@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from raymm.data.base import Split
-from raymm.evaluation import evaluate_subset, macro_f1
+from raymm.evaluation import SubsetEvaluator, macro_f1
 from raymm.models import MultimodalNet
 from raymm.rundir import GIB
 
@@ -82,29 +82,22 @@ def head_accuracies(model: MultimodalNet, split: Split, batch_size: int) -> dict
     return {m: c / max(n, 1) for m, c in correct.items()}
 
 
-def robustness_metrics(model: MultimodalNet, split: Split, sensors: tuple[str, ...],
-                       tier_sensors: Sequence[tuple[str, ...]], batch_size: int,
-                       num_classes: int, full_accuracy: float) -> dict[str, Any]:
+def robustness_metrics(ev: SubsetEvaluator, sensors: tuple[str, ...],
+                       tier_sensors: Sequence[tuple[str, ...]], num_classes: int,
+                       full_accuracy: float) -> dict[str, Any]:
     """Row entries of one evaluation: `tier_f1` (pooled over the less-equipped tiers),
     `acc_drop/<m>` and `worst_drop`/`worst_drop_sensor` (one sensor zeroed everywhere),
-    `acc_head/<m>` (each sensor head alone). Each sensor subset is evaluated once."""
-    cache: dict[tuple[str, ...], Any] = {}
-
-    def ev(subset: tuple[str, ...]) -> Any:
-        if subset not in cache:
-            cache[subset] = evaluate_subset(model, split, subset, batch_size)
-        return cache[subset]
-
+    `acc_head/<m>` (each sensor head alone). `ev` runs each sensor subset once."""
     out: dict[str, Any] = {}
     tiers = less_equipped(tier_sensors, sensors)
-    out["tier_f1"] = pooled_f1(np.asarray(split.y), [ev(ts).predictions for ts in tiers],
+    out["tier_f1"] = pooled_f1(np.asarray(ev.split.y), [ev(ts).predictions for ts in tiers],
                                num_classes)
     without = {m: ev(tuple(s for s in sensors if s != m)).accuracy
                for m in sensors} if len(sensors) > 1 else {}
     for m, acc in without.items():
         out[f"acc_drop/{m}"] = full_accuracy - acc
     out["worst_drop"], out["worst_drop_sensor"] = worst_drop(full_accuracy, without)
-    for m, acc in head_accuracies(model, split, batch_size).items():
+    for m, acc in head_accuracies(ev.model, ev.split, ev.batch_size).items():
         out[f"acc_head/{m}"] = acc
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from raymm.engine import Trained, World
-from raymm.faults import fault_seed, host_kills
+from raymm.faults import host_kills
 from raymm.messages import Broadcast, OnlineReport, RoundPlan
 from raymm.server import Server
 from raymm.vectorised import make_host
@@ -31,8 +31,7 @@ class SerialExecutor:
     def start(self, world: World) -> None:
         n = world.population.n
         per = self.devices_per_host or n
-        self.faults = world.scenario.faults
-        self.fault_seed = fault_seed(world.scenario.faults, world.scenario.seed)
+        self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
         self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec)
                       for ids in pack_devices(n, per)]

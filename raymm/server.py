@@ -17,7 +17,7 @@ from raymm.accounting import comm_seconds, downlink_bytes
 from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.device_eval import device_metrics
-from raymm.evaluation import evaluate_subset, subset_name
+from raymm.evaluation import SubsetEvaluator, subset_name
 from raymm.exchange import sync_flags
 from raymm.faults import stragglers
 from raymm.local import build_model
@@ -159,18 +159,18 @@ class Server:
         """Global model on the pooled test split: all sensors, each tier's sensors, each sensor."""
         self.layout.load(self.model, self.params)
         split, bs = self.dataset.test, self.sc.eval.batch_size
-        full = evaluate_subset(self.model, split, self.sensors, bs)
+        ev = SubsetEvaluator(self.model, split, bs)
+        full = ev(self.sensors)
         c = self.dataset.num_classes
         out: dict[str, Any] = {"accuracy": full.accuracy, "test_loss": full.loss,
                                "_confusion": np.bincount(split.y * c + full.predictions,
                                                          minlength=c * c).reshape(c, c)}
         for ts in dict.fromkeys(self.tier_sensors):
-            out[f"acc_tier/{subset_name(ts)}"] = evaluate_subset(self.model, split, ts,
-                                                                 bs).accuracy
+            out[f"acc_tier/{subset_name(ts)}"] = ev(ts).accuracy
         if len(self.sensors) > 1:
             for m in self.sensors:
-                out[f"acc_sensor/{m}"] = evaluate_subset(self.model, split, (m,), bs).accuracy
-        out.update(robustness_metrics(self.model, split, self.sensors, self.tier_sensors, bs,
+                out[f"acc_sensor/{m}"] = ev((m,)).accuracy
+        out.update(robustness_metrics(ev, self.sensors, self.tier_sensors,
                                       self.dataset.num_classes, full.accuracy))
         return out
 
