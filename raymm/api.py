@@ -25,7 +25,6 @@ from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
 from raymm.errors import Interrupted, RaymmError, ResumeError
 from raymm.faults import fault_seed
-from raymm.exchange import check_aggregator
 from raymm.host import HostSpec
 from raymm.metrics import RunTracker, summary_metrics
 from raymm.population import Population, build_population
@@ -58,7 +57,6 @@ def build_world(sc: Scenario) -> World:
         bind = getattr(policy, "bind", None)
         if bind is not None:
             bind(sc, dataset.sensors)
-    check_aggregator(sc.training.exchange, pol.aggregator, sc.aggregation.name)
     combinable = bool(getattr(pol.aggregator, "combinable", False))
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from raymm.errors import ScenarioError
 from raymm.messages import Broadcast, RoundPlan
 
 PARAMS = "params/"
@@ -89,12 +88,13 @@ def eval_vectors(exchange: str, payload: Broadcast, device: int, state: dict[str
     return {g: payload.vector(g, device, evaluate=True) for g in payload.params}
 
 
-def check_aggregator(exchange: str, aggregator: Any, name: str) -> None:
-    """An aggregator of deltas must get deltas, and one of parameters must get parameters."""
+def aggregator_problems(exchange: str, aggregator: Any, name: str) -> list[str]:
+    """An aggregator (class or instance) of deltas must get deltas, and one of parameters must
+    get parameters."""
     takes = bool(getattr(aggregator, "takes_deltas", False))
     if exchange == "delta" and not takes:
-        raise ScenarioError([f"aggregation.name: {name!r} averages parameters, but "
-                             "training.exchange: delta uploads deltas; use ssca or delta_mean"])
+        return [f"aggregation.name: {name!r} averages parameters, but training.exchange: delta "
+                "uploads deltas; use ssca or delta_mean"]
     if exchange == "params" and takes:
-        raise ScenarioError([f"aggregation.name: {name!r} needs deltas; set training.exchange: "
-                             "delta"])
+        return [f"aggregation.name: {name!r} needs deltas; set training.exchange: delta"]
+    return []

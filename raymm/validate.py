@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from raymm.config import Scenario, deep_merge, format_validation_error
 from raymm.data import DATASETS
 from raymm.errors import ScenarioError
+from raymm.exchange import aggregator_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
 
 POLICY_SECTIONS: dict[str, Registry[Any]] = {
@@ -180,4 +181,7 @@ def _check_exchange(sc: Scenario) -> list[str]:
     if sc.training.sync_every > 1 and sc.training.exchange != "delta":
         problems.append(f"training.sync_every: {sc.training.sync_every} needs training.exchange: "
                         f"delta (got {sc.training.exchange!r})")
+    name = sc.aggregation.name
+    if name in AGGREGATORS:  # an unknown name is reported with the policies
+        problems += aggregator_problems(sc.training.exchange, AGGREGATORS.get(name), name)
     return problems

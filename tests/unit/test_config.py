@@ -110,3 +110,10 @@ def test_default_k_larger_than_population_is_rejected():
         "selection.k: K=10 is larger than population.devices=5"]
     assert problems_of({"name": "x", "rounds": 1, "selection": {"k": 30}}) == [
         "selection.k: K=30 is larger than population.devices=20"]
+
+
+def test_validation_matches_aggregator_to_exchange():
+    (msg,) = problems_of(tiny_scenario(**{"training.exchange": "delta"}))
+    assert msg.startswith("aggregation.name: 'fedavg' averages parameters")
+    (msg,) = problems_of(tiny_scenario(**{"aggregation.name": "delta_mean"}))
+    assert msg == "aggregation.name: 'delta_mean' needs deltas; set training.exchange: delta"
