@@ -8,10 +8,18 @@ selected. Availability clocks are never observed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 WINDOW = 10  # rounds of history kept per device (TIDE's "last 10 rounds")
+
+
+def sensor_set_sizes(sensor_mask: np.ndarray) -> np.ndarray:
+    """Per device: how many devices of `sensor_mask` hold exactly its sensor set."""
+    _, inverse, counts = np.unique(sensor_mask, axis=0, return_inverse=True,
+                                   return_counts=True)
+    return counts[inverse.reshape(-1)]
 
 
 @dataclass
@@ -39,10 +47,14 @@ class Observations:
     def n(self) -> int:
         return int(self.tier.shape[0])
 
-    def tier_sizes(self) -> np.ndarray:
-        """N_i: size of each device's tier."""
-        counts = np.bincount(self.tier)
-        return counts[self.tier]
+    @cached_property
+    def set_sizes(self) -> np.ndarray:
+        """Read-only int [n]: how many registered devices hold exactly device i's sensor set.
+        Computed once per instance (the sensor sets never change after registration); not a
+        dataclass field, so not part of `state_dict`."""
+        sizes = sensor_set_sizes(self.sensor_mask)
+        sizes.setflags(write=False)
+        return sizes
 
     def mean_compute(self) -> np.ndarray:
         """Mean simulated training time over the last WINDOW rounds trained (NaN if never)."""

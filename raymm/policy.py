@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from raymm.messages import UpdateBatch
@@ -118,6 +120,29 @@ def sample_mean(values: Tensor, weight: Tensor | None) -> Tensor:
         return values.mean(dim=0)
     w = weight.reshape((-1,) + (1,) * (values.dim() - 1))
     return (values * w).sum(dim=0) / weight.sum()
+
+
+def mean_cross_entropy(logits: Tensor, y: Tensor, weight: Tensor | None) -> Tensor:
+    """Cross-entropy averaged over the batch, padding rows (weight 0) excluded."""
+    if weight is None:
+        return F.cross_entropy(logits, y)
+    return sample_mean(F.cross_entropy(logits, y, reduction="none"), weight)
+
+
+#: logit offset that takes a padding row out of a contrastive loss's candidates: exp()
+#: underflows to 0, yet it is finite so that 0-weight rows keep finite gradients (an infinite
+#: logit would give NaN)
+PADDING_LOGIT = -1e4
+
+
+def contrastive_ce(sim: Tensor, weight: Tensor | None) -> Tensor:
+    """InfoNCE core: mean_b -log softmax_b'(sim[b, b'])[b] for a square similarity [B, B] of
+    anchors (rows) against candidates (columns), positives on the diagonal. With `weight`,
+    padding rows are neither candidates (their column gets `PADDING_LOGIT`) nor anchors."""
+    target = torch.arange(sim.shape[0], device=sim.device)
+    if weight is not None:
+        sim = sim + ((1.0 - weight) * PADDING_LOGIT)[None, :]
+    return mean_cross_entropy(sim, target, weight)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,17 @@ class FedAvg(StatelessAggregator):
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
         out = dict(params)
         for g in batch.groups():
-            mean = batch.weighted_mean(g)
+            mean = batch.weighted_mean(g, self.weights(g, batch, ctx))
             if mean is not None:
                 out[g] = self.merge(params[g], mean)
         return out
+
+    def weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext
+                ) -> np.ndarray | None:
+        """Per-row weights of `group`'s senders, or None for their sample counts (the default
+        of `UpdateBatch.weighted_mean`). Custom weights need every sender's row: a subclass that
+        returns any must not declare itself `combinable` when it does."""
+        return None
 
     def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
         """The new global vector from the mean of the uploads (they are parameters here)."""

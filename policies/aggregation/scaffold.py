@@ -19,11 +19,11 @@ from raymm.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("scaffold")
-class Scaffold:
+class Scaffold(FedAvg):
     combinable = True  # the model step is FedAvg's; control variates travel as extras
 
     def __init__(self, params: object) -> None:
-        self.fedavg = FedAvg(params)
+        super().__init__(params)
         self.c: dict[str, np.ndarray] = {}
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
@@ -35,7 +35,7 @@ class Scaffold:
                 total = dc.astype(np.float64).sum(axis=0) / ctx.obs.n
                 c[g] = (c.get(g, np.zeros(dc.shape[1], np.float32)) + total).astype(np.float32)
         self.c = c
-        return self.fedavg.aggregate(params, batch, ctx)
+        return super().aggregate(params, batch, ctx)
 
     def extras(self, round: int) -> dict[str, np.ndarray]:
         return {C + g: v for g, v in self.c.items()}

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.aggregation.fedavg import FedAvg
 from raymm.messages import UpdateBatch
 from raymm.policy import AggregationContext
 from raymm.registry import AGGREGATORS
@@ -71,10 +72,11 @@ def update_prototypes(protos: np.ndarray | None, has: np.ndarray | None, means: 
 
 
 @AGGREGATORS.register("tide")
-class TideAggregation:
+class TideAggregation(FedAvg):
     Params = TideAggregationParams
 
     def __init__(self, params: TideAggregationParams) -> None:
+        super().__init__(params)
         self.p = params
         self.prototypes: np.ndarray | None = None
         self.has_prototype: np.ndarray | None = None
@@ -82,11 +84,7 @@ class TideAggregation:
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
-        out = dict(params)
-        for g in batch.groups():
-            mean = batch.weighted_mean(g, self._weights(g, batch, ctx))
-            if mean is not None:
-                out[g] = mean
+        out = super().aggregate(params, batch, ctx)
         if "class_means" in batch.extras and batch.n:
             self.prototypes, self.has_prototype = update_prototypes(
                 self.prototypes, self.has_prototype, batch.extras["class_means"],
@@ -99,8 +97,8 @@ class TideAggregation:
         compares every sender's aux loss, so it needs their rows."""
         return self.p.weighting == "data"
 
-    def _weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext
-                 ) -> np.ndarray | None:
+    def weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext
+                ) -> np.ndarray | None:
         """Per-row weights, or None for the sample counts (the default of `weighted_mean`)."""
         if self.p.weighting == "data" or not group.startswith(SENSOR_PREFIX):
             return None

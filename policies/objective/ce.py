@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, prox_term, sample_mean
+from raymm.policy import LossInputs, mean_cross_entropy, prox_term
 from raymm.registry import OBJECTIVES
 
 
@@ -33,11 +32,7 @@ class CrossEntropy:
         self.uses_adapter = params.adapter
 
     def loss(self, inp: LossInputs) -> Tensor:
-        if inp.weight is None:
-            loss = F.cross_entropy(inp.out.logits, inp.y)
-        else:
-            loss = sample_mean(F.cross_entropy(inp.out.logits, inp.y, reduction="none"),
-                               inp.weight)
+        loss = mean_cross_entropy(inp.out.logits, inp.y, inp.weight)
         if self.mu > 0:
             loss = loss + 0.5 * self.mu * prox_term(inp)
         return loss

@@ -24,13 +24,10 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
+from policies.schedule.chain import preceding, resolve_chain
 from raymm.errors import ScenarioError
-from raymm.policy import LossInputs, sample_mean
+from raymm.policy import LossInputs, contrastive_ce, sample_mean
 from raymm.registry import OBJECTIVES
-
-
-#: logit of a padding candidate: exp() underflows to 0 and 0-weight rows keep finite gradients
-PADDING_LOGIT = -1e4
 
 
 def info_nce(anchor: Tensor, candidates: Tensor, tau: float, weight: Tensor | None = None
@@ -38,12 +35,7 @@ def info_nce(anchor: Tensor, candidates: Tensor, tau: float, weight: Tensor | No
     """mean_b -log softmax_b'(cos(a_b, c_b') / τ)[b]; inputs [B, E], not yet normalised.
     With `weight`, padding rows are neither candidates nor anchors."""
     a, c = F.normalize(anchor, dim=1), F.normalize(candidates, dim=1)
-    sim = a @ c.T / tau
-    target = torch.arange(a.shape[0], device=a.device)
-    if weight is None:
-        return F.cross_entropy(sim, target)
-    sim = sim + ((1.0 - weight) * PADDING_LOGIT)[None, :]
-    return sample_mean(F.cross_entropy(sim, target, reduction="none"), weight)
+    return contrastive_ce(a @ c.T / tau, weight)
 
 
 def complementarity_weights(prev_logits: Tensor, y: Tensor) -> Tensor:
@@ -75,7 +67,7 @@ class MCFTStage:
         if sc.schedule.name != "modality_chain":
             raise ScenarioError([f"objective.name: mcft needs schedule modality_chain, got "
                                  f"{sc.schedule.name!r}"])
-        self.chain = tuple(sc.schedule.params().get("chain") or sensors)
+        self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
 
     def loss(self, inp: LossInputs) -> Tensor:
         active = [g.partition(":")[2] for g in inp.groups if g.startswith("sensor:")]
@@ -85,7 +77,7 @@ class MCFTStage:
         out, w = inp.out, inp.weight
         ce = F.cross_entropy(out.sensor_logits[m], inp.y, reduction="none")
         # P_m ∩ M_i is fixed per device, so this branch is not data dependent
-        prev = [p for p in self.chain[:self.chain.index(m)] if p in inp.held]
+        prev = [p for p in preceding(self.chain, m) if p in inp.held]
         if not prev:
             return sample_mean(ce, w)
         r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau,

@@ -28,14 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.models import MultimodalNet
-from raymm.policy import LossInputs, sample_mean
+from raymm.policy import LossInputs, contrastive_ce, mean_cross_entropy
 from raymm.registry import OBJECTIVES
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
 #: zero weight times the loss stays zero (an infinite logit would give NaN gradients)
 NO_PROTOTYPE_LOGIT = -1e4
-#: logit offset that takes a padding row out of L_cs's candidates (finite for the same reason)
-PADDING_LOGIT = -1e4
 
 
 class TideObjectiveParams(BaseModel):
@@ -65,11 +63,7 @@ def batch_presence(present: Tensor, weight: Tensor | None = None) -> Tensor:
 def aux_head_loss(sensor_logits: dict[str, Tensor], y: Tensor, present: Tensor,
                   weight: Tensor | None = None) -> Tensor:
     """L_h: mean cross-entropy of the auxiliary heads of the sensors present in the batch."""
-    if weight is None:
-        per = torch.stack([F.cross_entropy(sensor_logits[m], y) for m in sensor_logits])
-    else:
-        per = torch.stack([sample_mean(F.cross_entropy(sensor_logits[m], y, reduction="none"),
-                                       weight) for m in sensor_logits])
+    per = torch.stack([mean_cross_entropy(sensor_logits[m], y, weight) for m in sensor_logits])
     w = batch_presence(present, weight)
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
@@ -77,16 +71,10 @@ def aux_head_loss(sensor_logits: dict[str, Tensor], y: Tensor, present: Tensor,
 def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float, weight: Tensor | None = None
                   ) -> Tensor:
     """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ.
-    With `weight`, padding rows are neither candidates (their logits get `PADDING_LOGIT`) nor
-    anchors (weighted mean over anchors)."""
+    With `weight`, padding rows are neither candidates (their logits get
+    `raymm.policy.PADDING_LOGIT`) nor anchors (weighted mean over anchors)."""
     omega = F.normalize(ea, dim=1) @ F.normalize(eb, dim=1).T / kappa
-    target = torch.arange(omega.shape[0])
-    if weight is None:
-        return 0.5 * (F.cross_entropy(omega, target) + F.cross_entropy(omega.T, target))
-    pad = (1.0 - weight) * PADDING_LOGIT                       # [J]: 0 real, -1e4 padding
-    ab = F.cross_entropy(omega + pad[None, :], target, reduction="none")
-    ba = F.cross_entropy(omega.T + pad[None, :], target, reduction="none")
-    return 0.5 * (sample_mean(ab, weight) + sample_mean(ba, weight))
+    return 0.5 * (contrastive_ce(omega, weight) + contrastive_ce(omega.T, weight))
 
 
 def cross_sensor_loss(embeddings: dict[str, Tensor], present: Tensor, kappa: float,
@@ -152,10 +140,7 @@ class TideObjective:
 
     def loss(self, inp: LossInputs) -> Tensor:
         p, out, w = self.p, inp.out, inp.weight
-        if w is None:
-            loss = F.cross_entropy(out.logits, inp.y)
-        else:
-            loss = sample_mean(F.cross_entropy(out.logits, inp.y, reduction="none"), w)
+        loss = mean_cross_entropy(out.logits, inp.y, w)
         if p.mu > 0:
             loss = loss + p.mu * prox_global(inp.trainable, inp.anchor)
         if p.lambda_h > 0:

@@ -8,6 +8,7 @@ layer there would be a group no phase trains.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,16 @@ def phase_lengths(total: int, phases: int) -> list[int]:
     return [base + (1 if i < rest else 0) for i in range(phases)]
 
 
+def resolve_chain(chain: Sequence[str] | None, sensors: tuple[str, ...]) -> tuple[str, ...]:
+    """The modality order of a run: the configured `chain`, or the dataset's sensor order."""
+    return tuple(chain or sensors)
+
+
+def preceding(chain: tuple[str, ...], m: str) -> tuple[str, ...]:
+    """P_m: the modalities before m in `chain`."""
+    return chain[:chain.index(m)]
+
+
 @SCHEDULES.register("modality_chain")
 class ModalityChain:
     Params = ChainParams
@@ -43,7 +54,7 @@ class ModalityChain:
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
         """Resolve the chain and the phase boundaries against the run (raises ScenarioError)."""
-        chain = list(self.params.chain or sensors)
+        chain = list(resolve_chain(self.params.chain, sensors))
         problems = []
         bad = [m for m in chain if m not in sensors]
         if bad:
@@ -69,7 +80,7 @@ class ModalityChain:
 
     def preceding(self, m: str) -> tuple[str, ...]:
         """P_m: the modalities before m in the chain."""
-        return self.chain[:self.chain.index(m)]
+        return preceding(self.chain, m)
 
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]:
         return (sensor_group(self.modality(round)),)

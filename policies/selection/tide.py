@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.observations import Observations
+from raymm.observations import Observations, sensor_set_sizes
 from raymm.policy import SelectionContext
 from raymm.registry import SELECTORS
 
@@ -25,10 +25,9 @@ class TideSelectionParams(BaseModel):
 
 
 def tier_sizes(sensor_mask: np.ndarray) -> np.ndarray:
-    """N_i: how many registered devices hold exactly device i's sensor set."""
-    _, inverse, counts = np.unique(sensor_mask, axis=0, return_inverse=True,
-                                   return_counts=True)
-    return counts[inverse.reshape(-1)]
+    """N_i: how many registered devices hold exactly device i's sensor set (what
+    `Observations.set_sizes` caches)."""
+    return sensor_set_sizes(sensor_mask)
 
 
 def tide_scores(obs: Observations, ids: np.ndarray, alpha: float, beta: float, gamma: float,
@@ -42,9 +41,10 @@ def tide_scores(obs: Observations, ids: np.ndarray, alpha: float, beta: float, g
     tau = obs.mean_compute()[ids]
     v = np.where(np.isnan(tau), 0.5, 1.0 / (1.0 + np.nan_to_num(tau)))
     heard = obs.num_samples[obs.num_samples >= 0]
-    top = float(heard.max()) if heard.size and heard.max() > 0 else 1.0
+    top_heard = float(heard.max()) if heard.size else 0.0
+    top = top_heard if top_heard > 0 else 1.0
     eta = np.maximum(obs.num_samples[ids], 0) / top
-    n_tier = tier_sizes(obs.sensor_mask)
+    n_tier = obs.set_sizes
     rho = n_tier.min() / n_tier[ids]
     u = alpha * v + beta * eta + gamma * rho
     if participation:
