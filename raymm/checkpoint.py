@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from raymm.errors import ResumeError
+from raymm.files import atomic_output
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -45,12 +45,8 @@ def save(run_dir: Path, ckpt: Checkpoint, keep: int = 2) -> Path:
     folder = run_dir / DIRNAME
     folder.mkdir(exist_ok=True)
     path = folder / f"round-{ckpt.round:06d}.pkl"
-    tmp = folder / f".{path.name}.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_output(path) as f:
         pickle.dump({"format": FORMAT, **ckpt.__dict__}, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     for old in sorted(folder.glob("round-*.pkl"))[:-keep]:
         old.unlink()
     return path

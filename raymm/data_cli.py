@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-# Converter options: (flag, argparse kwargs, the converters it applies to). Defaults are None
-# so only flags the user gave reach the converter (and a flag it does not take is an error).
+# Converter options: (flag, argparse kwargs); the help text names the converters a flag applies
+# to. Defaults are None so only flags the user gave reach the converter (and a flag it does not
+# take is an error).
 _AV = "crema-d, ave"
 _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--sample-rate", {"type": int, "help": f"audio rate in Hz after resampling ({_AV}; 16000)"}),
@@ -81,18 +82,9 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 def expected_files(loader: Any) -> list[Path] | None:
-    """The files a loader reads with its default params, or None when it cannot say.
-
-    A loader may declare `default_files` (a list of paths, or a method returning one, relative
-    to `$RAYMM_DATA`); otherwise its `required_files(Params())` is asked. An empty list means
-    the data is built in or generated.
+    """The files a loader reads with its default params (`required_files(Params())`), or None
+    when it cannot say. An empty list means the data is built in or generated.
     """
-    from raymm.data import resolve_data_path
-
-    declared = getattr(loader, "default_files", None)
-    if declared is not None:
-        files = declared() if callable(declared) else declared
-        return [resolve_data_path(p) for p in files]
     try:
         params = loader.Params()
     except ValidationError:  # a required field without default: no default file either
@@ -134,9 +126,8 @@ def list_text() -> str:
 def _prepare(args: argparse.Namespace) -> int:
     from raymm.data.prepare import prepare
 
-    options = {flag.lstrip("-").replace("-", "_"): getattr(args, flag.lstrip("-").replace("-", "_"))
-               for flag, _ in _OPTIONS}
-    options = {k: v for k, v in options.items() if v is not None}
+    names = (flag.lstrip("-").replace("-", "_") for flag, _ in _OPTIONS)
+    options = {k: v for k in names if (v := getattr(args, k)) is not None}
     res = prepare(args.name, args.src, args.out, force=args.force, progress=_progress(args),
                   **options)
     sizes = ", ".join(f"{sp} {n}" for sp, n in res.sizes.items())

@@ -118,12 +118,16 @@ class AVDigitsLoader:
         spec = log_spectrogram(audio, params.n_fft, params.hop)
         img = images[pair_images(y, image_y, seed)].astype(np.float32) / 255.0
         test = take < params.test_takes
-        mean, std = float(spec[~test].mean()), float(spec[~test].std())
-        spec = ((spec - mean) / std).astype(np.float32)
+        train_spec = spec[~test]
+        mean, std = float(train_spec.mean()), float(train_spec.std())
+        del train_spec
+        # in place: spec is float32 and a Python float does not promote it (NEP 50), so this is
+        # bit-identical to ((spec - mean) / std).astype(np.float32) without two more copies
+        spec -= mean
+        spec /= std
 
-        def split(mask: np.ndarray) -> Split:
-            return Split(x={"audio": np.ascontiguousarray(spec[mask]),
-                            "visual": np.ascontiguousarray(img[mask])},
+        def split(mask: np.ndarray) -> Split:  # boolean indexing already copies contiguously
+            return Split(x={"audio": spec[mask], "visual": img[mask]},
                          y=y[mask], group=speaker[mask])
 
         aug = SpecAugment(params.freq_mask, params.time_mask) \

@@ -95,3 +95,4 @@ def require_file(path: Path, what: str) -> Path:
         hint = "" if "RAYMM_DATA" in os.environ else " (set RAYMM_DATA to the data folder)"
         raise DataError(f"{what}: file not found: {path}{hint}")
     return path
+

@@ -12,7 +12,6 @@ import hashlib
 import http.client
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from raymm.data.base import data_root
+from raymm.files import atomic_output
 from raymm.errors import DataError, RaymmError
 
 
@@ -94,18 +94,11 @@ def download(name: str, out_dir: str | os.PathLike[str] | None = None, *, url: s
             raise DataError(f"{dest} exists but its sha256 is {digest}, expected {expected}; "
                             f"pass --force to download it again")
         return Downloaded(dest, digest, dest.stat().st_size, bool(expected), already=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            digest, size = _fetch(url or src.url, f, progress, timeout, name)
-        if expected and digest != expected:
+    with atomic_output(dest) as f:
+        digest, size = _fetch(url or src.url, f, progress, timeout, name)
+        if expected and digest != expected:  # raised inside: the temp file is deleted
             raise DataError(f"download {name}: sha256 mismatch: got {digest}, expected "
                             f"{expected}; nothing was written")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return Downloaded(dest, digest, size, bool(expected), already=False)
 
 

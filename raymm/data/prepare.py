@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from raymm.data import har
 from raymm.data.base import resolve_data_path
+from raymm.files import atomic_output
 from raymm.errors import DataError, RaymmError
 
 Arrays = dict[str, np.ndarray]
@@ -107,15 +109,8 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
 
 def write_npz_atomic(path: Path, arrays: Arrays) -> None:
     """`np.savez_compressed` to a hidden temp file beside `path`, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as f:
+        np.savez_compressed(f, **arrays)
 
 
 def _summarize(path: Path, arrays: Arrays) -> PrepareResult:
@@ -123,7 +118,7 @@ def _summarize(path: Path, arrays: Arrays) -> PrepareResult:
         splits = [str(s) for s in arrays["splits"]]
         sensors = [str(s) for s in arrays["sensors"]]
     else:  # the har layout
-        splits, sensors = ["train", "test"], ["acc", "gyro"]
+        splits, sensors = ["train", "test"], list(har.SENSORS)
     return PrepareResult(
         path=path,
         sizes={s: int(arrays[f"{s}_y"].shape[0]) for s in splits},
@@ -183,13 +178,13 @@ def _progress(items: Sequence, progress: bool, desc: str) -> Iterator:
 # --------------------------------------------------------------------------- UCI-HAR
 
 _UCI_TOP = "UCI HAR Dataset"
-_UCI_STEMS = ("total_acc", "body_gyro")  # the two sensors har.py reads
 
 
 def _uci_members() -> list[str]:
     files = []
     for sp in ("train", "test"):
-        files += [f"{sp}/Inertial Signals/{s}_{a}_{sp}.txt" for s in _UCI_STEMS for a in "xyz"]
+        files += [f"{sp}/Inertial Signals/{s}_{a}_{sp}.txt" for s in har._UCI_STEMS.values()
+                  for a in "xyz"]
         files += [f"{sp}/y_{sp}.txt", f"{sp}/subject_{sp}.txt"]
     return files
 
@@ -252,8 +247,6 @@ def _extract_uci(zf: zipfile.ZipFile, prefix: str, tmp: Path, path: Path) -> Non
 
 
 def _uci_arrays(root: Path, shown: str) -> Arrays:
-    from raymm.data import har
-
     try:
         splits = {sp: har._read_uci_split(root, sp) for sp in ("train", "test")}
         for sp, raw in splits.items():
@@ -263,8 +256,8 @@ def _uci_arrays(root: Path, shown: str) -> Arrays:
         raise DataError(str(e).replace(str(root), shown)) from None
     out: Arrays = {}
     for sp, (x, y, subject) in splits.items():
-        out |= {f"{sp}_acc": x["acc"], f"{sp}_gyro": x["gyro"], f"{sp}_y": y,
-                f"{sp}_subject": subject}
+        out |= {f"{sp}_{s}": x[s] for s in har.SENSORS}
+        out |= {f"{sp}_y": y, f"{sp}_subject": subject}
     out["class_names"] = _strings(names)
     out["sample_rate_hz"] = np.asarray(50.0)  # UCI-HAR: 50 Hz, 2.56 s windows of 128 samples
     out["meta_json"] = _meta(source=shown, converter="uci-har",
@@ -278,10 +271,11 @@ def convert_uci_har(src: Path, *, progress: bool = False) -> Arrays:
     """Official UCI-HAR (folder or zip, nested zip too) -> the `har` loader's npz layout."""
     if src.is_dir():
         root = _uci_folder(src)
-        missing = [rel for rel in _uci_members() if not (root / rel).is_file()]
+        members = _uci_members()
+        missing = [rel for rel in members if not (root / rel).is_file()]
         if missing:
             raise DataError(f"{root}: '{missing[0]}' missing ({len(missing)} of the "
-                            f"{len(_uci_members())} files needed)")
+                            f"{len(members)} files needed)")
         return _uci_arrays(root, str(root))
     with _uci_zip_root(src) as root:
         return _uci_arrays(root, f"{src}:")
@@ -432,6 +426,15 @@ class _AvOptions:
         return dict(self.__dict__)
 
 
+def _av_options(sample_rate: int, seconds: float, n_mels: int, hop_ms: float, image_size: int,
+                rgb: bool, skip_missing: bool, test_fraction: float) -> _AvOptions:
+    """The options the audio-visual converters share, range-checked (`test_fraction` too)."""
+    opt = _AvOptions(sample_rate, seconds, n_mels, hop_ms, image_size, rgb, skip_missing)
+    opt.check()
+    _check_range("test_fraction", test_fraction, 0.01, 0.99)
+    return opt
+
+
 def _clip_features(clip: _Clip, frame_dirs: Sequence[Path], opt: _AvOptions,
                    logmel: LogMel) -> tuple[np.ndarray, np.ndarray]:
     """Log-mel of the clip (or of its event window) and the frame at its temporal middle."""
@@ -523,9 +526,8 @@ def convert_crema_d(src: Path, *, sample_rate: int = 16000, seconds: float = 3.0
                     progress: bool = False) -> Arrays:
     """CREMA-D -> sensors `audio` (log-mel) and `visual` (middle frame); 6 emotions; groups are
     actors, and whole actors go to test (`group_test_mask`)."""
-    opt = _AvOptions(sample_rate, seconds, n_mels, hop_ms, image_size, rgb, skip_missing)
-    opt.check()
-    _check_range("test_fraction", test_fraction, 0.01, 0.99)
+    opt = _av_options(sample_rate, seconds, n_mels, hop_ms, image_size, rgb, skip_missing,
+                      test_fraction)
     if not src.is_dir():
         raise DataError(f"{src}: --from must be the CREMA-D folder")
     clips = _crema_clips(src)
@@ -595,9 +597,8 @@ def convert_ave(src: Path, *, sample_rate: int = 16000, seconds: float = 5.0, n_
     event's midpoint); classes are the annotation categories in sorted order (28 in the
     release). The official trainSet/valSet/testSet.txt decide the split when present, else
     whole videos go to test by `group_test_mask`."""
-    opt = _AvOptions(sample_rate, seconds, n_mels, hop_ms, image_size, rgb, skip_missing)
-    opt.check()
-    _check_range("test_fraction", test_fraction, 0.01, 0.99)
+    opt = _av_options(sample_rate, seconds, n_mels, hop_ms, image_size, rgb, skip_missing,
+                      test_fraction)
     root = _ave_root(src)
     rows = _ave_rows(root / "Annotations.txt")
     bases = list(dict.fromkeys([root, src, root.parent]))
@@ -615,16 +616,16 @@ def convert_ave(src: Path, *, sample_rate: int = 16000, seconds: float = 5.0, n_
     kept, audio, image = _av_split(clips, frame_dirs, opt, progress, "ave")
     official = {sp: {r[1] for r in _ave_rows(root / f)} for sp, f in _AVE_SPLIT_FILES.items()
                 if (root / f).is_file()}
+    groups = [c.group for c in kept]
     if "test" in official:
         split_of = np.asarray(["test" if c.id in official["test"] else
                                "valid" if c.id in official.get("valid", ()) else "train"
                                for c in kept])
         rule = "official trainSet/valSet/testSet.txt (unlisted videos -> train)"
     else:
-        split_of = np.where(group_test_mask(np.asarray([c.group for c in kept]), test_fraction),
-                            "test", "train")
+        split_of = np.where(group_test_mask(np.asarray(groups), test_fraction), "test", "train")
         rule = "whole videos; test = first ceil(f*G) videos by CRC32 of the video id"
-    group_ids = {g: i for i, g in enumerate(sorted({c.group for c in kept}))}
+    group_ids = {g: i for i, g in enumerate(sorted(set(groups)))}
     parts = _av_parts(kept, audio, image, split_of, group_ids)
     meta = _meta(source=str(root), converter="ave", options=opt.as_dict(), split=rule,
                  test_fraction=test_fraction, dropped=len(clips) - len(kept),
