@@ -130,7 +130,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
     try:
         if ckpt is None:
             run_dir = new_run_dir(out if out is not None else sc.output.dir, sc.name)
-            writer = RunWriter(run_dir, sc.to_dict(), sc.output.tensorboard)
+            writer = RunWriter(run_dir, sc.to_dict(), sc.output.tensorboard,
+                               budget_gib=sc.eval.budget_gib)
             writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text()
                             + "```")
             writer.write_devices(devices_table(world.population))

@@ -64,7 +64,8 @@ class RunWriter:
     """Writes one run's files. TensorBoard is optional (`tensorboard: false`)."""
 
     def __init__(self, path: Path, config: dict[str, Any] | None, tensorboard: bool = True,
-                 rows: list[dict[str, Any]] | None = None, purge_step: int | None = None) -> None:
+                 rows: list[dict[str, Any]] | None = None, purge_step: int | None = None,
+                 budget_gib: float | None = None) -> None:
         """`config=None` continues an existing run: its config stays, `rows` are the history
         up to the checkpoint, and TensorBoard drops events from `purge_step` on (rounds that
         were logged after the checkpoint and are now run again)."""
@@ -72,7 +73,7 @@ class RunWriter:
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.selected: dict[int, np.ndarray] = {}
         self.class_names: tuple[str, ...] = ()
-        self.budget_gib: float | None = None
+        self.budget_gib = budget_gib  # marked (B and B/2) on the accuracy-vs-traffic picture
         if config is not None:
             atomic_write_bytes(path / "config.yaml",
                                yaml.safe_dump(config, sort_keys=False).encode())
