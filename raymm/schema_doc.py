@@ -110,11 +110,10 @@ def render() -> str:
 
 def _policy_params() -> list[str]:
     import policies  # noqa: F401  (registers every policy)
-    from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
+    from raymm.validate import POLICY_SECTIONS
 
     out = ["# Policies and their parameters", ""]
-    for section, reg in (("selection", SELECTORS), ("aggregation", AGGREGATORS),
-                         ("schedule", SCHEDULES), ("objective", OBJECTIVES)):
+    for section, reg in POLICY_SECTIONS.items():
         for name in reg.names():
             params = reg.params_model(name)
             cls = reg.get(name)

@@ -13,9 +13,11 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-SECTIONS = ("selection", "aggregation", "schedule", "objective")
-DEFAULT_NAMES = {"selection": "random", "aggregation": "fedavg", "schedule": "joint",
-                 "objective": "ce"}
+from raymm.config import Scenario
+from raymm.validate import POLICY_SECTIONS
+
+SECTIONS = tuple(POLICY_SECTIONS)
+DEFAULT_NAMES = {s: Scenario.model_fields[s].default.name for s in SECTIONS}
 
 
 def _name(preset: Mapping[str, Any] | None, section: str) -> str:
