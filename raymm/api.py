@@ -141,7 +141,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
             ex.load_server_state(ckpt.server)
             ex.load_host_states(ckpt.hosts)
             writer = RunWriter(run_dir, None, sc.output.tensorboard, rows=ckpt.rows,
-                               purge_step=ckpt.round + 1)
+                               purge_step=ckpt.round + 1, budget_gib=sc.eval.budget_gib)
             writer.selected = dict(ckpt.selected)
             writer.class_names = tuple(world.dataset.class_names)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
