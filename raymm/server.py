@@ -105,8 +105,11 @@ class Server:
             batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
         self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
+        agg_stats: dict[str, float] = {}
         if batch.n:
             self.params = self.policies.aggregator.aggregate(self.params, batch, ctx)
+            report = getattr(self.policies.aggregator, "round_stats", None)
+            agg_stats = report() if report is not None else {}
         deadline = self.sc.faults.deadline_seconds
         round_time = float(dev_seconds.max()) if batch.n else 0.0
         if late.any() and deadline is not None:
@@ -126,6 +129,7 @@ class Server:
             "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
+            **agg_stats,
         }
 
     def _downlink(self, plan: RoundPlan) -> np.ndarray:

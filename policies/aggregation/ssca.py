@@ -163,10 +163,12 @@ class SSCA:
         self.models: dict[str, np.ndarray] = {}
         self.assignment: dict[str, np.ndarray] = {}
         self.clustered: dict[str, np.ndarray] = {}
+        self._stats: dict[str, list[float]] = {}
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
         out = dict(params)
+        self._stats = {}
         for g, deltas in batch.updates.items():
             if g not in self.models:  # all K models start equal to the global vector
                 self.models[g] = np.repeat(params[g][None], self.p.clusters, axis=0)
@@ -178,11 +180,24 @@ class SSCA:
             step = ssca_step(deltas, batch.group_weights(g), self.models[g],
                              self.assignment[g][ids], self.p, rs)
             self.models[g] = step.models
+            self._record(step, self.assignment[g][ids])
             assignment, clustered = self.assignment[g].copy(), self.clustered[g].copy()
             assignment[ids], clustered[ids] = step.index, True
             self.assignment[g], self.clustered[g] = assignment, clustered
             out[g] = self.consensus(g, ctx.obs.num_samples)
         return out
+
+    def _record(self, step: SSCAStep, previous: np.ndarray) -> None:
+        """Per-sync diagnostics: clusters used, senders moved to another model than the one
+        they trained from (churn), share of coordinates merged across clusters."""
+        for key, value in (("clusters", float(step.labels.max() + 1)),
+                           ("churn", float(np.mean(step.index != previous))),
+                           ("merged_share", float(np.mean(step.mu)))):
+            self._stats.setdefault(key, []).append(value)
+
+    def round_stats(self) -> dict[str, float]:
+        """This round's diagnostics (means over the groups aggregated), for rounds.parquet."""
+        return {f"ssca/{k}": float(np.mean(v)) for k, v in self._stats.items()}
 
     def consensus(self, g: str, num_samples: np.ndarray) -> np.ndarray:
         w = np.zeros(self.p.clusters, np.float64)
