@@ -6,11 +6,14 @@
   the broadcast carries cluster models), trains, and uploads its trained vectors. Nothing is kept.
 - ``delta``: a device keeps its own parameters across rounds (state ``params/<g>``). Training is
   split into sync windows of ``training.sync_every`` rounds (restarting at every schedule phase);
-  a device selected in the first round of a window downloads the server's vector of the groups
-  it trains, one selected in the last round (a sync) uploads the change of each trained group
-  since its base (state ``base/<g>``: what it last downloaded, or where it last uploaded, so no
-  progress is sent twice). Between, it trains its own parameters and sends nothing. With
-  ``sync_every: 1`` every round downloads and uploads (ordinary per-round aggregation of deltas).
+  at its first selection in a window a device downloads the server's vector of the groups it
+  trains (its base, state ``base/<g>``), and if selected in the last round (a sync) it uploads
+  the change of each trained group since that base. Between, it trains its own parameters and
+  sends nothing. Models change only at syncs, so every delta the server receives was computed
+  against a vector the server holds now (its cluster's model, or the global one). With
+  ``sync_every: 1`` every round downloads and uploads (ordinary per-round aggregation).
+  Groups a device holds but does not train this round (the earlier modalities of a chain, kept
+  frozen) are always the server's vectors it is evaluated with, never a stale own copy.
 - ``none``: the Local baseline. A device trains and evaluates only its own parameters; it
   never downloads or uploads.
 
@@ -30,19 +33,29 @@ PARAMS = "params/"
 BASE = "base/"
 
 
-def sync_flags(t: int, sc: Any, schedule: Any) -> tuple[bool, bool]:
-    """(download, upload) for round t. Windows restart at each phase of the schedule
-    (`schedule.phase_span(t) -> (first, last)` when it has one); the last round of a phase and
-    of the run is always a sync, so no phase ends with unsent training."""
+def sync_window(t: int, sc: Any, schedule: Any) -> tuple[int, bool]:
+    """(first round of round t's sync window, whether t is a sync). Windows restart at each
+    phase of the schedule (`schedule.phase_span(t) -> (first, last)` when it has one); the last
+    round of a phase and of the run is always a sync, so no phase ends with unsent training.
+    Exchanges other than delta sync every round; Local (none) never does."""
     tr = sc.training
     if tr.exchange == "none":
-        return False, False
+        return t, False
     if tr.exchange == "params":
-        return True, True
+        return t, True
     span = getattr(schedule, "phase_span", None)
     first, last = span(t) if span is not None else (1, sc.rounds)
     pos = t - first
-    return pos % tr.sync_every == 0, (pos + 1) % tr.sync_every == 0 or t in (last, sc.rounds)
+    return t - pos % tr.sync_every, (pos + 1) % tr.sync_every == 0 or t in (last, sc.rounds)
+
+
+def downloads(exchange: str, last_download: np.ndarray, window_start: int) -> np.ndarray:
+    """bool per selected device (given the round each last received its trained groups): it
+    receives them now, i.e. every round (params), never (none), or at its first selection in
+    the sync window that starts at `window_start` (delta)."""
+    if exchange != "delta":
+        return np.full(last_download.shape, exchange == "params")
+    return last_download < window_start
 
 
 def start_vectors(exchange: str, plan: RoundPlan, bcast: Broadcast, device: int,
@@ -54,9 +67,14 @@ def start_vectors(exchange: str, plan: RoundPlan, bcast: Broadcast, device: int,
     if exchange == "params":
         return {g: bcast.vector(g, device) for g in bcast.params}, state
     st = dict(state)
-    start = {g: st.get(PARAMS + g, v) for g, v in initial.items()}
-    if exchange == "delta" and plan.download:
-        for g in trained:
+    if exchange == "none":
+        return {g: st.get(PARAMS + g, v) for g, v in initial.items()}, st
+    # delta: frozen groups are what the device is evaluated with; trained ones are its own
+    start = {g: bcast.vector(g, device) for g in bcast.params}
+    download = plan.downloads(device)
+    for g in trained:
+        start[g] = st.get(PARAMS + g, initial[g])
+        if download:
             start[g] = st[BASE + g] = bcast.vector(g, device)
     return start, st
 
@@ -85,7 +103,7 @@ def eval_vectors(exchange: str, payload: Broadcast, device: int, state: dict[str
     model once clustered, the global/consensus vector otherwise)."""
     if exchange == "none":
         return {g: state.get(PARAMS + g, v) for g, v in initial.items()}
-    return {g: payload.vector(g, device, evaluate=True) for g in payload.params}
+    return {g: payload.vector(g, device) for g in payload.params}
 
 
 def aggregator_problems(exchange: str, aggregator: Any, name: str) -> list[str]:

@@ -33,20 +33,32 @@ class RoundPlan:
     round: int
     selected: np.ndarray              # int64 device ids, sorted
     active_groups: tuple[str, ...]    # groups the schedule trains this round
-    # periodic sync (training.exchange: delta): selected devices download only in the first
-    # round of a sync window and upload only in its last; both True every round otherwise
-    download: bool = True
+    #: who receives the server's vectors of the groups it trains: one flag for every selected
+    #: device, or a bool array aligned with `selected`. With periodic sync
+    #: (training.exchange: delta) a device downloads at its first selection in a sync window.
+    download: bool | np.ndarray = True
+    #: periodic sync: selected devices upload only in the last round of a sync window
     upload: bool = True
+
+    def downloads(self, device: int) -> bool:
+        """Whether selected `device` receives the server's vectors this round."""
+        if isinstance(self.download, (bool, np.bool_)):
+            return bool(self.download)
+        return bool(self.download[int(np.searchsorted(self.selected, device))])
+
+    def download_mask(self) -> np.ndarray:
+        """bool per selected device (aligned with `selected`)."""
+        return np.broadcast_to(np.asarray(self.download, bool), self.selected.shape).copy()
 
 
 @dataclass(frozen=True)
 class ClusterModels:
     """K alternative models per group (SSCA) and which one each device is assigned.
 
-    `params[g]` is float32 [K, P]; `assignment[g]` int64 [n_devices] is the model index k_i a
-    device trains from (0 before it was ever clustered); `clustered[g]` bool [n_devices] says
-    whether it was clustered yet (a device never clustered evaluates with the consensus, i.e.
-    the group's global vector).
+    `params[g]` is float32 [K, P]; `assignment[g]` int64 [n_devices] is the model index k_i of
+    a device's cluster; `clustered[g]` bool [n_devices] says whether it was clustered yet (a
+    device never clustered trains from and evaluates with the consensus, i.e. the group's
+    global vector).
     """
 
     params: dict[str, np.ndarray]
@@ -67,11 +79,11 @@ class Broadcast:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     clusters: ClusterModels | None = None
 
-    def vector(self, group: str, device: int, evaluate: bool = False) -> np.ndarray:
-        """The vector of `group` meant for `device`: its cluster's model when the group has
-        cluster models (for evaluation only once the device was clustered), else the global."""
+    def vector(self, group: str, device: int) -> np.ndarray:
+        """The vector of `group` meant for `device`, to train from and to evaluate with: its
+        cluster's model once it was clustered in that group, else the global vector."""
         c = self.clusters
-        if c is None or group not in c.params or (evaluate and not c.clustered[group][device]):
+        if c is None or group not in c.params or not c.clustered[group][device]:
             return self.params[group]
         return c.params[group][int(c.assignment[group][device])]
 

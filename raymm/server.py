@@ -18,7 +18,7 @@ from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.device_eval import device_metrics
 from raymm.evaluation import SubsetEvaluator, subset_name
-from raymm.exchange import sync_flags
+from raymm.exchange import downloads, sync_window
 from raymm.faults import stragglers
 from raymm.local import build_model
 from raymm.metrics import robustness_metrics
@@ -64,6 +64,11 @@ class Server:
         self._up_bps, self._down_bps = population.up_bps, population.down_bps
         self.bytes_up = self.bytes_down = 0
         self.sim_seconds = 0.0
+        # what the server has sent, to count downloads honestly: the round each device last
+        # received the vectors it trains (periodic sync), and which devices hold a final copy
+        # of each frozen group (a chain's earlier modalities, sent once)
+        self.last_download = np.zeros(population.n, np.int64)
+        self.frozen_sent: dict[str, np.ndarray] = {}
 
     # --- one round ------------------------------------------------------------------------
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
@@ -81,9 +86,16 @@ class Server:
         self._check_selection(selected, eligible)
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
-        plan = RoundPlan(t, selected, active, *sync_flags(t, self.sc, sched))
+        first, upload = sync_window(t, self.sc, sched)
+        plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload)
         self._last_counts = (len(online), len(eligible))
         return plan, self._broadcast(t, self.policies.aggregator.extras(t))
+
+    def _downloads(self, t: int, selected: np.ndarray, window_start: int) -> np.ndarray:
+        """bool per selected device: it receives the vectors it trains (`exchange.downloads`)."""
+        fresh = downloads(self.sc.training.exchange, self.last_download[selected], window_start)
+        self.last_download[selected[fresh]] = t
+        return fresh
 
     def _broadcast(self, t: int, extras: dict[str, np.ndarray]) -> Broadcast:
         """Global vectors, plus cluster models when the aggregator keeps them."""
@@ -133,15 +145,31 @@ class Server:
         }
 
     def _downlink(self, plan: RoundPlan) -> np.ndarray:
-        """Bytes sent to each selected device: its groups, plus the round's extras."""
+        """Bytes sent to each selected device: its groups and the round's extras when it
+        downloads, plus a one-time copy of every frozen group it needs (see `_frozen_bytes`)."""
         down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
                               plan.active_groups, self.sc.training.upload, self.layout.sizes,
                               4 * self.sc.model.embed_dim)
         down = down + sum(int(v.nbytes) for v in
                           self.policies.aggregator.extras(plan.round).values())
-        if not plan.download:  # periodic sync between windows, or Local: nothing is sent
-            down = np.zeros_like(down)
-        return down
+        # periodic sync between a device's downloads, or Local: nothing is sent
+        down = np.where(plan.download_mask(), down, 0)
+        return down + self._frozen_bytes(plan)
+
+    def _frozen_bytes(self, plan: RoundPlan) -> np.ndarray:
+        """A chain's earlier modalities are frozen and final once their phase ended: a device
+        training on top of them (`schedule.frozen_groups`) receives each one it holds once."""
+        frozen = getattr(self.policies.schedule, "frozen_groups", None)
+        out = np.zeros(plan.selected.shape, np.int64)
+        if frozen is None or self.sc.training.exchange == "none":
+            return out
+        mask = self.obs.sensor_mask[plan.selected]
+        for g in frozen(plan.round):
+            sent = self.frozen_sent.setdefault(g, np.zeros(self.obs.n, bool))
+            need = mask[:, self.sensors.index(g.partition(":")[2])] & ~sent[plan.selected]
+            out += need.astype(np.int64) * self.layout.sizes[g] * 4
+            sent[plan.selected[need]] = True
+        return out
 
     def _uplink(self, batch: Any) -> np.ndarray:
         """Bytes each returning device actually sent: its trained groups and its extras."""
@@ -190,7 +218,8 @@ class Server:
         return {"params": {g: v.copy() for g, v in self.params.items()},
                 "obs": self.obs.state_dict(), "aggregator": self.policies.aggregator.state_dict(),
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                "sim_seconds": self.sim_seconds}
+                "sim_seconds": self.sim_seconds, "last_download": self.last_download.copy(),
+                "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.params = {g: np.asarray(v, np.float32) for g, v in state["params"].items()}
@@ -198,3 +227,6 @@ class Server:
         self.policies.aggregator.load_state_dict(state["aggregator"])
         self.bytes_up, self.bytes_down = int(state["bytes_up"]), int(state["bytes_down"])
         self.sim_seconds = float(state["sim_seconds"])
+        self.last_download = np.asarray(state["last_download"], np.int64).copy()
+        self.frozen_sent = {g: np.asarray(v, bool).copy()
+                            for g, v in state["frozen_sent"].items()}

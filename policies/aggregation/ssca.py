@@ -1,26 +1,33 @@
 """SSCA: sparse sign-guided consensus aggregation with K cluster models per group (FedMChain).
 
 Per group (one modality's encoder + classifier, flattened) at each sync, over the devices
-that sent it (their deltas ΔΘ_i, weights w_i ∝ n_i):
+that sent it (their deltas ΔΘ_i against the vector they trained from, weights w_i ∝ n_i):
 
-1. sparsify: keep the top-κ fraction of |ΔΘ_i| (κ = retention ratio), zero the rest -> ΔΘ̃_i;
-   sign vectors s_i = sign(ΔΘ̃_i);
-2. KMeans (scikit-learn, seeded) on the s_i into K' = min(K, #devices) clusters;
+1. sparsify: keep exactly round(κ·P) coordinates of ΔΘ_i (at least one) by magnitude
+   (κ = retention ratio), zero the rest -> ΔΘ̃_i; sign vectors s_i = sign(ΔΘ̃_i);
+2. KMeans (scikit-learn, seeded) on the s_i into K' clusters,
+   K' = max(1, min(K, ⌊senders / s_min⌋)) (s_min = `min_cluster_size`);
 3. cluster consensus ΔΘ̄^k (w-weighted mean of ΔΘ̃_i) and cluster weight α_k = Σ w_i;
 4. per coordinate p = Σ positive |ΔΘ̄^k|, n = Σ negative |ΔΘ̄^k|, ρ = max(p, n)/(p + n + ε),
    µ = 1[ρ ≥ π], d = sign(p - n);
 5. ΔΘ̂ = Σ_k α_k ΔΘ̄^k 1[sign ΔΘ̄^k = d] / (Σ_k α_k 1[sign ΔΘ̄^k = d] + ε) where µ = 1;
    per cluster ΔΘ̂^k = µ·ΔΘ̂ + (1 - µ)·ΔΘ̄^k;
 6. match new clusters to model indices by maximum member overlap with the devices' previous
-   indices k_i (Hungarian), then Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k for each matched model; the
-   members adopt the matched index.
+   indices k_i (Hungarian); each matched model becomes its members' own bases plus the merged
+   update, Θ^(k) ← Σ_{i∈C_k} w_i Θ_base,i / α_k + λ_merge·ΔΘ̂^k (coherent bases: a delta is
+   only ever added to the vector it was computed against); a model no cluster matched keeps
+   its value; the members adopt the matched index.
 
 Rules the paper leaves open (our spec fixes them; the code follows the spec):
-- top-κ keeps every coordinate whose magnitude reaches the ceil(κ·P)-th largest (ties kept);
+- top-κ keeps exactly round(κ·P) coordinates; among equal magnitudes at the threshold the
+  lower coordinate index is kept (so the count never depends on ties);
 - K' is also capped by the number of distinct sign vectors (KMeans cannot fill more clusters);
-- the group's global vector (what a device never clustered evaluates with) is the consensus:
-  the mean of the K models weighted by the samples of the clustered devices assigned to each
-  (model 0 before any clustering).
+- a device uses its cluster's model once clustered and the consensus before, for training and
+  for evaluation alike (so its base is always a vector the server holds); the consensus (the
+  group's global vector) is the mean of the K models weighted by the last sync's α per model
+  (model 0 before any sync).
+`bases: matched` restores the pre-revision update Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k (a member's
+delta is added to the matched model whatever it trained from), for measuring the difference.
 Every step is vectorised over the flat vector; loops run over clusters only.
 """
 
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,17 +53,36 @@ class SSCAParams(BaseModel):
     pi: float = Field(default=0.9, gt=0, lt=1)           # consistency threshold π, in (0, 1)
     lambda_merge: float = Field(default=0.9, gt=0, le=1)
     eps: float = Field(default=1e-12, gt=0)
+    #: s_min: at most ⌊senders / s_min⌋ clusters, so a cluster holds about s_min devices
+    min_cluster_size: int = Field(default=8, ge=1)
+    #: coherent: a cluster model is rebuilt from its members' own bases (the revised spec);
+    #: matched: the matched model plus the merged update (before the revision)
+    bases: Literal["coherent", "matched"] = "coherent"
 
 
 # ------------------------------------------------------------------ the steps, as functions
 
 
 def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
-    """Rows of `deltas` [n, P] with all but the top-κ magnitudes (ties kept) set to zero."""
-    keep = max(1, math.ceil(kappa * deltas.shape[1]))
+    """Rows of `deltas` [n, P] with all but exactly round(κ·P) (at least 1) coordinates set to
+    zero: the largest magnitudes, and among magnitudes equal to the threshold the lowest
+    indices. O(P) per row (a partition, no sort)."""
+    p = deltas.shape[1]
+    keep = min(p, max(1, int(round(kappa * p))))
+    if keep == p:
+        return deltas.copy()
     mag = np.abs(deltas)
     thr = -np.partition(-mag, keep - 1, axis=1)[:, keep - 1:keep]
-    return np.where(mag >= thr, deltas, 0).astype(deltas.dtype)
+    above = mag > thr
+    tied = mag == thr
+    room = keep - above.sum(axis=1, keepdims=True)      # tied slots left in each row
+    mask = above | (tied & (np.cumsum(tied, axis=1) <= room))
+    return np.where(mask, deltas, 0).astype(deltas.dtype)
+
+
+def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
+    """K' = max(1, min(K, ⌊senders / s_min⌋))."""
+    return max(1, min(k, senders // min_cluster_size))
 
 
 def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
@@ -109,12 +135,14 @@ def merge(cons: np.ndarray, alpha: np.ndarray, mu: np.ndarray, d: np.ndarray, ep
 
 def match_clusters(labels: np.ndarray, previous: np.ndarray, n_models: int) -> np.ndarray:
     """Model index for each new cluster 0..K'-1, maximising the members whose previous index
-    it keeps (Hungarian assignment; K' ≤ n_models)."""
+    it keeps (Hungarian assignment; K' ≤ n_models). A previous index of -1 (a device never
+    clustered) counts for no model."""
     from scipy.optimize import linear_sum_assignment
 
     k = int(labels.max()) + 1
     overlap = np.zeros((k, n_models), np.int64)
-    np.add.at(overlap, (labels, previous), 1)
+    seen = previous >= 0
+    np.add.at(overlap, (labels[seen], previous[seen]), 1)
     rows, cols = linear_sum_assignment(overlap, maximize=True)
     out = np.empty(k, np.int64)
     out[rows] = cols
@@ -126,23 +154,39 @@ class SSCAStep:
     models: np.ndarray       # [K, P] float32 after the update
     index: np.ndarray        # [n] model index each sender adopts
     labels: np.ndarray       # [n] KMeans labels
+    alpha: np.ndarray        # [K] float64 weight of each model at this sync (0: no members)
     rho: np.ndarray
     mu: np.ndarray
 
 
 def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
-              previous: np.ndarray, p: SSCAParams, random_state: int) -> SSCAStep:
-    """One SSCA aggregation of one group: steps 1-6 above."""
+              previous: np.ndarray, p: SSCAParams, random_state: int,
+              bases: np.ndarray | None = None) -> SSCAStep:
+    """One SSCA aggregation of one group: steps 1-6 above.
+
+    `previous[i]` is the model index sender i trained from (used to match clusters) and
+    `bases[i]` the vector its delta was computed against (default: `models[previous[i]]`)."""
     sparse = sparsify(deltas, p.kappa)
-    labels = cluster_signs(np.sign(sparse), p.clusters, random_state)
+    k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
+    labels = cluster_signs(np.sign(sparse), k, random_state)
     cons, alpha = cluster_consensus(sparse, weights, labels)
     rho, mu, d = consistency(cons, p.pi, p.eps)
     _, per_cluster = merge(cons, alpha, mu, d, p.eps)
     target = match_clusters(labels, previous, models.shape[0])
     new = models.astype(np.float64)
-    for c, k in enumerate(target):
-        new[k] += p.lambda_merge * per_cluster[c]
-    return SSCAStep(new.astype(np.float32), target[labels], labels, rho, mu)
+    if bases is None:
+        bases = models[np.maximum(previous, 0)]
+    w = np.asarray(weights, np.float64)
+    for c, m in enumerate(target):
+        if p.bases == "coherent":
+            members = labels == c
+            base = (bases[members].astype(np.float64) * w[members, None]).sum(axis=0) / alpha[c]
+        else:
+            base = new[m]
+        new[m] = base + p.lambda_merge * per_cluster[c]
+    model_alpha = np.zeros(models.shape[0], np.float64)
+    model_alpha[target] = alpha
+    return SSCAStep(new.astype(np.float32), target[labels], labels, model_alpha, rho, mu)
 
 
 # ------------------------------------------------------------------ the aggregator
@@ -163,6 +207,7 @@ class SSCA:
         self.models: dict[str, np.ndarray] = {}
         self.assignment: dict[str, np.ndarray] = {}
         self.clustered: dict[str, np.ndarray] = {}
+        self.alpha: dict[str, np.ndarray] = {}     # [K] each model's weight at the last sync
         self._stats: dict[str, list[float]] = {}
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
@@ -174,24 +219,34 @@ class SSCA:
                 self.models[g] = np.repeat(params[g][None], self.p.clusters, axis=0)
                 self.assignment[g] = np.zeros(ctx.obs.n, np.int64)
                 self.clustered[g] = np.zeros(ctx.obs.n, bool)
+                self.alpha[g] = np.zeros(self.p.clusters, np.float64)
             ids = batch.device_ids[batch.senders[g]]
+            seen = self.clustered[g][ids]
+            # what each sender trained from: its cluster's model, or the consensus (the global
+            # vector) before it was ever clustered; the latter match no model index (-1)
+            previous = np.where(seen, self.assignment[g][ids], -1)
+            bases = np.where(seen[:, None], self.models[g][self.assignment[g][ids]],
+                             params[g][None, :])
             rs = int(seeding.rng(ctx.seed, ctx.round, seeding.SERVER, f"ssca/{g}")
                      .integers(2**31 - 1))
-            step = ssca_step(deltas, batch.group_weights(g), self.models[g],
-                             self.assignment[g][ids], self.p, rs)
-            self.models[g] = step.models
-            self._record(step, self.assignment[g][ids])
+            step = ssca_step(deltas, batch.group_weights(g), self.models[g], previous, self.p,
+                             rs, bases)
+            self._record(step, previous)
+            self.models[g], self.alpha[g] = step.models, step.alpha
             assignment, clustered = self.assignment[g].copy(), self.clustered[g].copy()
             assignment[ids], clustered[ids] = step.index, True
             self.assignment[g], self.clustered[g] = assignment, clustered
-            out[g] = self.consensus(g, ctx.obs.num_samples)
+            out[g] = self.consensus(g)
         return out
 
     def _record(self, step: SSCAStep, previous: np.ndarray) -> None:
-        """Per-sync diagnostics: clusters used, senders moved to another model than the one
-        they trained from (churn), share of coordinates merged across clusters."""
+        """Per-sync diagnostics: clusters used, senders that trained from one model and now
+        adopt another (churn; first-time senders not counted), coordinates merged across
+        clusters."""
+        seen = previous >= 0
         for key, value in (("clusters", float(step.labels.max() + 1)),
-                           ("churn", float(np.mean(step.index != previous))),
+                           ("churn", float(np.mean(step.index[seen] != previous[seen]))
+                            if seen.any() else 0.0),
                            ("merged_share", float(np.mean(step.mu)))):
             self._stats.setdefault(key, []).append(value)
 
@@ -199,13 +254,12 @@ class SSCA:
         """This round's diagnostics (means over the groups aggregated), for rounds.parquet."""
         return {f"ssca/{k}": float(np.mean(v)) for k, v in self._stats.items()}
 
-    def consensus(self, g: str, num_samples: np.ndarray) -> np.ndarray:
-        w = np.zeros(self.p.clusters, np.float64)
-        np.add.at(w, self.assignment[g][self.clustered[g]],
-                  np.maximum(num_samples[self.clustered[g]], 0).astype(np.float64))
-        if w.sum() <= 0:
+    def consensus(self, g: str) -> np.ndarray:
+        """The mean of the K models weighted by the last sync's α (model 0 before any)."""
+        a = self.alpha[g]
+        if a.sum() <= 0:
             return self.models[g][0].copy()
-        return ((self.models[g].astype(np.float64) * (w / w.sum())[:, None]).sum(axis=0)
+        return ((self.models[g].astype(np.float64) * (a / a.sum())[:, None]).sum(axis=0)
                 ).astype(np.float32)
 
     def cluster_models(self) -> ClusterModels | None:
@@ -218,9 +272,11 @@ class SSCA:
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": dict(self.models), "assignment": dict(self.assignment),
-                "clustered": dict(self.clustered)}
+                "clustered": dict(self.clustered), "alpha": dict(self.alpha)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.models = {g: np.asarray(v, np.float32) for g, v in state["models"].items()}
         self.assignment = {g: np.asarray(v, np.int64) for g, v in state["assignment"].items()}
         self.clustered = {g: np.asarray(v, bool) for g, v in state["clustered"].items()}
+        self.alpha = {g: np.asarray(state.get("alpha", {}).get(
+            g, np.zeros(self.p.clusters)), np.float64) for g in self.models}

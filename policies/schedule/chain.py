@@ -85,6 +85,11 @@ class ModalityChain:
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]:
         return (sensor_group(self.modality(round)),)
 
+    def frozen_groups(self, round: int) -> tuple[str, ...]:
+        """Groups the round's training reads but never changes: the earlier modalities (their
+        alignment features, complementarity logits and the fused prediction)."""
+        return tuple(sensor_group(m) for m in self.preceding(self.modality(round)))
+
     def eligible(self, round: int, sensor_mask: np.ndarray,
                  sensors: tuple[str, ...]) -> np.ndarray:
         return sensor_mask[:, sensors.index(self.modality(round))].astype(bool)

@@ -9,7 +9,7 @@ import pytest
 
 from policies.schedule.chain import ModalityChain, phase_lengths
 from raymm.errors import ScenarioError
-from raymm.exchange import finish, start_vectors, sync_flags
+from raymm.exchange import downloads, finish, start_vectors, sync_window
 from raymm.messages import Broadcast, ClusterModels, RoundPlan
 
 
@@ -22,13 +22,23 @@ def test_sync_windows_restart_at_each_phase_and_end_with_a_sync() -> None:
     chain = ModalityChain(ModalityChain.Params(chain=["a", "b"]))
     chain.bind(SimpleNamespace(rounds=11, model=SimpleNamespace(fusion="sum_logits")),
                ("a", "b"))
-    flags = [sync_flags(t, _sc("delta", 3, 11), chain) for t in range(1, 12)]
-    down = [t for t, (d, _) in zip(range(1, 12), flags) if d]
-    up = [t for t, (_, u) in zip(range(1, 12), flags) if u]
+    windows = [sync_window(t, _sc("delta", 3, 11), chain) for t in range(1, 12)]
     # phases: rounds 1-6 (a) and 7-11 (b)
-    assert down == [1, 4, 7, 10] and up == [3, 6, 9, 11]
-    assert all(sync_flags(t, _sc("params", 1, 11), chain) == (True, True) for t in (1, 5))
-    assert sync_flags(2, _sc("none", 1, 11), chain) == (False, False)
+    assert [w for w, _ in windows] == [1, 1, 1, 4, 4, 4, 7, 7, 7, 10, 10]
+    assert [t for t, (_, u) in zip(range(1, 12), windows) if u] == [3, 6, 9, 11]
+    assert all(sync_window(t, _sc("params", 1, 11), chain) == (t, True) for t in (1, 5))
+    assert sync_window(2, _sc("none", 1, 11), chain) == (2, False)
+
+
+def test_a_device_downloads_at_its_first_selection_in_a_window() -> None:
+    # last downloads of three selected devices; the window started at round 4
+    last = np.array([4, 2, 0])
+    np.testing.assert_array_equal(downloads("delta", last, 4), [False, True, True])
+    np.testing.assert_array_equal(downloads("params", last, 4), [True, True, True])
+    np.testing.assert_array_equal(downloads("none", last, 4), [False, False, False])
+    plan = RoundPlan(5, np.array([3, 8, 9]), ("g",), downloads("delta", last, 4))
+    assert [plan.downloads(d) for d in (3, 8, 9)] == [False, True, True]
+    assert RoundPlan(5, np.array([3, 8]), ("g",), False).download_mask().tolist() == [False] * 2
 
 
 def test_chain_schedule_phases_eligibility_and_groups() -> None:
@@ -65,9 +75,8 @@ def test_params_mode_loads_cluster_model_and_uploads_trained_vectors() -> None:
     assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [2, 2]
     sent, _ = finish("params", plan, {"g": np.array([21, 21], np.float32)}, st, INIT)
     assert sent["g"].tolist() == [21, 21]
-    # evaluation: a device never clustered uses the consensus (global) vector
-    assert _bcast().vector("g", 0, evaluate=True).tolist() == [1, 1]
-    assert _bcast().vector("g", 0).tolist() == [10, 10]   # but trains from its k_i = 0
+    # a device never clustered trains from and evaluates with the consensus (global) vector
+    assert _bcast().vector("g", 0).tolist() == [1, 1]
 
 
 def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
@@ -75,16 +84,17 @@ def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
     middle = RoundPlan(2, np.array([1]), ("g",), download=False, upload=False)
     sync = RoundPlan(3, np.array([1]), ("g",), download=False, upload=True)
     start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], {}, INIT)
-    assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [7, 7]  # frozen: own/init
+    # frozen groups: what the device is evaluated with (the server's), never an own copy
+    assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [2, 2]
     sent, st = finish("delta", window_start, {"g": np.array([21, 21], np.float32)}, st, INIT)
     assert sent == {}
     start, st = start_vectors("delta", middle, _bcast(), 1, ["g"], st, INIT)
     assert start["g"].tolist() == [21, 21]                 # its own parameters, no download
     sent, st = finish("delta", sync, {"g": np.array([23, 23], np.float32)}, st, INIT)
     assert sent["g"].tolist() == [3, 3]                    # since the download at [20, 20]
-    start, st = start_vectors("delta", middle, _bcast(), 1, ["g"], st, INIT)
-    sent, st = finish("delta", sync, {"g": np.array([24, 24], np.float32)}, st, INIT)
-    assert sent["g"].tolist() == [1, 1]                    # only the progress since the upload
+    # the next window: its first selection downloads again, so the next delta is against it
+    start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], st, INIT)
+    assert start["g"].tolist() == [20, 20] and st["base/g"].tolist() == [20, 20]
 
 
 def test_none_mode_never_communicates() -> None:

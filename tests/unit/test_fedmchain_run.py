@@ -29,6 +29,7 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
     ex.start(world)
     sizes = ex.server.layout.sizes
     sensors = world.population.sensors
+    has_frozen: set[tuple[int, str]] = set()   # (device, group) sent its final copy
     for t in range(1, sc.rounds + 1):
         server_before = copy.deepcopy(ex.server.params)
         clusters_before = copy.deepcopy(ex.server.policies.aggregator.models)
@@ -44,7 +45,15 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
         stats = ex.aggregate(t, (plan, bcast), trained)
         n_sent = sum(r.updates[active].shape[0] for r in results)
         assert stats["bytes_up"] == n_sent * sizes[active] * 4
-        assert stats["bytes_down"] == plan.selected.shape[0] * sizes[active] * 4
+        # the phase's group, plus each earlier modality a device holds, sent once
+        frozen = 0
+        for d in plan.selected.tolist():
+            for p in ["dom", "mid", "weak"][:["dom", "mid", "weak"].index(m)]:
+                if world.population.sensor_mask[d, sensors.index(p)] and \
+                        (d, p) not in has_frozen:
+                    has_frozen.add((d, p))
+                    frozen += sizes[f"sensor:{p}"] * 4
+        assert stats["bytes_down"] == plan.selected.shape[0] * sizes[active] * 4 + frozen
         for g, v in ex.server.params.items():
             if g != active:
                 assert np.array_equal(v, server_before[g]), (t, g)
@@ -57,6 +66,63 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
                 for key, v in devices_before.get(d, {}).items():
                     if not key.endswith(active):
                         assert np.array_equal(st[key], v), (t, d, key)
+
+
+def test_a_phase_two_device_trains_on_the_earlier_branch_it_is_evaluated_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """R_a, R_c and the fused prediction of a phase-2 device read the earlier modality's
+    branch through the model's forward: that branch must be exactly the one the device is
+    evaluated with (its cluster's model), not an own stale copy."""
+    from raymm import exchange
+    from raymm.models import MultimodalNet
+
+    sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=1",
+                                  "aggregation.min_cluster_size=1"])
+    world = build_world(sc)
+    ex = SerialExecutor(devices_per_host=24)
+    ex.start(world)
+    host = ex.hosts[0]
+    seen: list[tuple[int, np.ndarray]] = []
+    current: list[int] = []
+    train = host.trainer.train
+
+    def spy_train(device: int, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        current[:] = [device]
+        return train(device, *args, **kwargs)
+
+    forward = MultimodalNet.forward
+
+    def spy_forward(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if self is host.trainer.model and current:
+            seen.append((current[0], host.trainer.layout.flatten(self, ["sensor:dom"])
+                         ["sensor:dom"].copy()))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(host.trainer, "train", spy_train)
+    monkeypatch.setattr(MultimodalNet, "forward", spy_forward)
+    dom = world.population.sensors.index("dom")
+    checked = 0
+    for t in range(1, sc.rounds + 1):
+        plan, bcast = ex.plan(t, ex.poll(t))
+        seen.clear()
+        ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast)))
+        if t not in (3, 4):   # phase 2 ("mid") of dom -> mid -> weak, 2 rounds per phase
+            continue
+        payload = ex.server.eval_payload(t)
+        for device, vec in seen:
+            if not world.population.sensor_mask[device, dom]:
+                continue
+            evaluated = exchange.eval_vectors("delta", payload, device,
+                                              host.device_state.get(device, {}),
+                                              host.trainer.initial)["sensor:dom"]
+            np.testing.assert_array_equal(vec, evaluated)
+            own = host.device_state.get(device, {}).get("params/sensor:dom")
+            if own is not None:   # it trained dom in phase 1: that copy is not what it uses
+                assert not np.array_equal(vec, own)
+            checked += 1
+    cm = ex.server.policies.aggregator.cluster_models()
+    assert len(np.unique(cm.params["sensor:dom"], axis=0)) > 1   # several cluster models
+    assert checked > 0
 
 
 def test_fedmchain_run_reports_device_metrics(tmp_path: Path) -> None:

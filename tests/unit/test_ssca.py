@@ -9,6 +9,7 @@ from policies.aggregation.ssca import (
     SSCA,
     SSCAParams,
     cluster_consensus,
+    cluster_count,
     cluster_signs,
     consistency,
     match_clusters,
@@ -28,9 +29,15 @@ def test_sparsify_keeps_top_kappa_by_magnitude() -> None:
     out = sparsify(d, 0.5)
     np.testing.assert_array_equal(out, [[4, 0, 0, 0, -3, -4], [0, 0.5, -0.2, 0, 0, 0.3]])
     np.testing.assert_array_equal(np.sign(out), [[1, 0, 0, 0, -1, -1], [0, 1, -1, 0, 0, 1]])
-    # ceil(0.3 · 4) = 2 kept; a tie at the threshold keeps both tied coordinates
+    # round(0.3 · 4) = 1 kept
     np.testing.assert_array_equal(sparsify(np.array([[1.0, -3.0, 1.0, 0.5]]), 0.3),
-                                  [[1, -3, 1, 0]])
+                                  [[0, -3, 0, 0]])
+    # round(0.5 · 4) = 2 kept: -3, then of the tied 1s the lower index
+    np.testing.assert_array_equal(sparsify(np.array([[1.0, -3.0, 1.0, 0.5]]), 0.5),
+                                  [[1, -3, 0, 0]])
+    # all equal: exactly the first round(0.6 · 5) = 3
+    np.testing.assert_array_equal(sparsify(np.array([[2.0, -2.0, 2.0, 2.0, -2.0]]), 0.6),
+                                  [[2, -2, 2, 0, 0]])
     assert np.array_equal(sparsify(d, 1.0), d)
 
 
@@ -85,15 +92,29 @@ def test_match_clusters_maximum_overlap() -> None:
                                                  np.array([0, 0, 0, 0, 0, 1]), 2), [0, 1])
 
 
-def test_ssca_step_updates_matched_models_only() -> None:
+def test_cluster_count_follows_the_minimum_cluster_size() -> None:
+    # K' = max(1, min(K, ⌊senders / s_min⌋))
+    assert cluster_count(15, 5, 8) == 1      # 15 senders: one cluster, not five of three
+    assert cluster_count(49, 5, 8) == 5      # the paper's scale: K
+    assert cluster_count(16, 5, 8) == 2
+    assert cluster_count(3, 5, 8) == 1
+    assert cluster_count(15, 5, 1) == 5      # s_min = 1: the unrevised min(K, senders)
+
+
+def _step_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     deltas = np.array([[1.0, 2.0, -1.0, 0.1], [1.0, 2.0, -1.0, 0.1],
                        [-1.0, -2.0, -1.0, 0.1]], np.float32)
     w = np.array([1.0, 1.0, 2.0])
     models = np.zeros((3, 4), np.float32)
     models[2] = 10.0
-    p = SSCAParams(kappa=0.75, clusters=3, pi=0.9, lambda_merge=0.5)
+    return deltas, w, models
+
+
+def test_ssca_step_updates_matched_models_only() -> None:
+    deltas, w, models = _step_inputs()
+    p = SSCAParams(kappa=0.75, clusters=3, pi=0.9, lambda_merge=0.5, min_cluster_size=1)
     step = ssca_step(deltas, w, models, np.array([1, 1, 0]), p, random_state=0)
-    # sparse: ceil(0.75·4) = 3 kept -> the 0.1 entries drop; clusters {0,1} and {2}
+    # sparse: round(0.75·4) = 3 kept -> the 0.1 entries drop; clusters {0,1} and {2}
     assert step.labels[0] == step.labels[1] != step.labels[2]
     # cons A = [1, 2, -1, 0] (α 2), cons B = [-1, -2, -1, 0] (α 2): ρ = [.5, .5, 1, 0]
     np.testing.assert_allclose(step.rho, [0.5, 0.5, 1.0, 0.0], atol=1e-9)
@@ -102,34 +123,133 @@ def test_ssca_step_updates_matched_models_only() -> None:
     np.testing.assert_allclose(step.models[1], 0.5 * np.array([1, 2, -1, 0]))
     np.testing.assert_allclose(step.models[0], 0.5 * np.array([-1, -2, -1, 0]))
     np.testing.assert_allclose(step.models[2], 10.0)  # no cluster matched it
+    np.testing.assert_allclose(step.alpha, [2.0, 2.0, 0.0])
 
 
-def test_aggregator_keeps_cluster_models_assignment_and_consensus() -> None:
-    agg = SSCA(SSCAParams(kappa=1.0, clusters=2, pi=0.9, lambda_merge=1.0))
+def test_a_mixed_base_cluster_is_rebuilt_from_its_members_own_bases() -> None:
+    # devices 0 and 1 share a sign pattern (one cluster) but trained from models 2 and 1
+    deltas, w, models = _step_inputs()
+    models[1] = 4.0
+    p = SSCAParams(kappa=0.75, clusters=3, pi=0.9, lambda_merge=0.5, min_cluster_size=1)
+    step = ssca_step(deltas, w, models, np.array([2, 1, 0]), p, random_state=0)
+    # the cluster of 0 and 1 ties on overlap (one member each from 2 and 1); Hungarian gives
+    # it one of them. Whichever it is, its new value is the members' mean base
+    # (1·10 + 1·4)/2 = 7, plus 0.5·[1, 2, -1, 0]; never 10 or 4 plus the update
+    k = int(step.index[0])
+    assert k in (1, 2) and step.index[1] == k
+    np.testing.assert_allclose(step.models[k], 7.0 + 0.5 * np.array([1, 2, -1, 0]))
+    np.testing.assert_allclose(step.models[0], 0.5 * np.array([-1, -2, -1, 0]))
+    other = 3 - k
+    np.testing.assert_allclose(step.models[other], models[other])  # unmatched: unchanged
+    # the pre-revision rule adds the update to the matched model whatever its members had
+    old = ssca_step(deltas, w, models, np.array([2, 1, 0]),
+                    p.model_copy(update={"bases": "matched"}), random_state=0)
+    np.testing.assert_allclose(old.models[k], models[k] + 0.5 * np.array([1, 2, -1, 0]))
+
+
+def test_one_cluster_with_bases_is_the_weighted_mean_of_bases_plus_update() -> None:
+    # 15 senders, s_min 8: K' = 1, so SSCA is the weighted mean delta merged onto the
+    # weighted mean base; with κ = 1 and one cluster every nonzero coordinate merges (ρ = 1)
+    rng = np.random.default_rng(3)
+    deltas = rng.standard_normal((15, 6)).astype(np.float32)
+    w = rng.integers(1, 9, 15).astype(np.float64)
+    models = rng.standard_normal((5, 6)).astype(np.float32)
+    prev = rng.integers(0, 5, 15)
+    p = SSCAParams(kappa=1.0, clusters=5, lambda_merge=0.9)
+    step = ssca_step(deltas, w, models, prev, p, random_state=0)
+    assert set(step.labels.tolist()) == {0}
+    base = (models[prev].astype(np.float64) * w[:, None]).sum(0) / w.sum()
+    delta = (deltas.astype(np.float64) * w[:, None]).sum(0) / w.sum()
+    k = int(step.index[0])
+    np.testing.assert_allclose(step.models[k], base + 0.9 * delta, rtol=1e-5, atol=1e-6)
+
+
+def _batch(ids: list[int], samples: list[int], rows: list[list[float]]) -> UpdateBatch:
+    n = len(ids)
+    return UpdateBatch(
+        device_ids=np.array(ids), num_samples=np.array(samples),
+        compute_seconds=np.zeros(n), loss=np.zeros(n),
+        updates={"sensor:a": np.array(rows, np.float32)},
+        senders={"sensor:a": np.arange(n)}, extras={}, failed=np.zeros(0, np.int64), errors=())
+
+
+def test_aggregator_bases_assignment_and_alpha_weighted_consensus() -> None:
+    agg = SSCA(SSCAParams(kappa=1.0, clusters=2, pi=0.9, lambda_merge=1.0, min_cluster_size=1))
     assert agg.cluster_models() is None
     obs = Observations.register(np.ones((4, 1), bool), np.zeros(4, np.int64))
     obs.observe_online(np.arange(4), np.array([1, 1, 2, 5]))
-    batch = UpdateBatch(
-        device_ids=np.array([0, 1, 2]), num_samples=np.array([1, 1, 2]),
-        compute_seconds=np.zeros(3), loss=np.zeros(3),
-        updates={"sensor:a": np.array([[1, 1], [1, 1], [-1, -1]], np.float32)},
-        senders={"sensor:a": np.array([0, 1, 2])}, extras={},
-        failed=np.zeros(0, np.int64), errors=())
     params = {"sensor:a": np.array([5.0, 5.0], np.float32)}
-    out = agg.aggregate(params, batch, AggregationContext(1, ("a",), obs, seed=0))
+    # sync 1: nobody clustered yet, so every base is the global vector [5, 5]
+    out = agg.aggregate(params, _batch([0, 1, 2], [1, 1, 2], [[1, 1], [1, 1], [-1, -1]]),
+                        AggregationContext(1, ("a",), obs, seed=0))
     cm = agg.cluster_models()
     assert cm is not None
-    # devices 0,1 previously k=0 -> their cluster keeps model 0; device 2 gets model 1
-    np.testing.assert_array_equal(cm.assignment["sensor:a"], [0, 0, 1, 0])
+    a, b = cm.assignment["sensor:a"][[0, 2]]
+    assert a != b and cm.assignment["sensor:a"][1] == a
     np.testing.assert_array_equal(cm.clustered["sensor:a"], [True, True, True, False])
-    np.testing.assert_allclose(cm.params["sensor:a"], [[6, 6], [4, 4]])
-    # consensus weighted by the samples assigned to each model: (2·6 + 2·4)/4
+    # ρ = 0.5 < π everywhere: each cluster keeps its own consensus
+    np.testing.assert_allclose(cm.params["sensor:a"][a], [6, 6])
+    np.testing.assert_allclose(cm.params["sensor:a"][b], [4, 4])
+    # consensus weighted by this sync's α per model: (2·6 + 2·4)/4
     np.testing.assert_allclose(out["sensor:a"], [5.0, 5.0])
     assert params["sensor:a"][0] == 5.0  # input not mutated
+    assert agg.round_stats()["ssca/clusters"] == 2.0
+
+    # sync 2: device 0 trained from model a = [6, 6] (weight 1), device 3 (never clustered)
+    # from the consensus [5, 5] (weight 5); same direction -> one cluster, matched to a
+    out = agg.aggregate(out, _batch([0, 3], [1, 5], [[1, 1], [1, 1]]),
+                        AggregationContext(2, ("a",), obs, seed=0))
+    cm = agg.cluster_models()
+    assert cm is not None
+    assert cm.assignment["sensor:a"][3] == a and cm.clustered["sensor:a"][3]
+    # members' bases (1·6 + 5·5)/6 plus the merged update 1; model b keeps [4, 4]
+    np.testing.assert_allclose(cm.params["sensor:a"][a], [31 / 6 + 1] * 2, rtol=1e-6)
+    np.testing.assert_allclose(cm.params["sensor:a"][b], [4, 4])
+    # only model a had members at the last sync
+    np.testing.assert_allclose(out["sensor:a"], [31 / 6 + 1] * 2, rtol=1e-6)
+    assert agg.round_stats()["ssca/churn"] == 0.0
+    state = agg.state_dict()
+    again = SSCA(agg.p)
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again.consensus("sensor:a"), out["sensor:a"])
 
 
-@pytest.mark.parametrize("kappa", [0.1, 0.5, 1.0])
-def test_sparsify_keeps_at_least_ceil_kappa(kappa: float) -> None:
+def test_churn_never_adds_a_delta_to_a_model_it_was_not_computed_against() -> None:
+    # a long random run of syncs with churning clusters: every updated model equals the
+    # weighted mean of its members' bases plus λ·(its merged update), never another model
+    rng = np.random.default_rng(7)
+    agg = SSCA(SSCAParams(kappa=0.7, clusters=3, pi=0.9, lambda_merge=0.9, min_cluster_size=2))
+    n = 12
+    obs = Observations.register(np.ones((n, 1), bool), np.zeros(n, np.int64))
+    obs.observe_online(np.arange(n), np.full(n, 10))
+    params = {"sensor:a": rng.standard_normal(8).astype(np.float32)}
+    for t in range(1, 9):
+        ids = np.sort(rng.choice(n, 8, replace=False))
+        cm = agg.cluster_models()
+        bases = np.stack([cm.params["sensor:a"][cm.assignment["sensor:a"][i]]
+                          if cm is not None and cm.clustered["sensor:a"][i]
+                          else params["sensor:a"] for i in ids]).astype(np.float64)
+        deltas = rng.standard_normal((8, 8)).astype(np.float32)
+        params = agg.aggregate(params, _batch(ids.tolist(), [10] * 8, deltas.tolist()),
+                               AggregationContext(t, ("a",), obs, seed=0))
+        new = agg.cluster_models()
+        assert new is not None
+        idx = new.assignment["sensor:a"][ids]
+        for k in np.unique(idx):
+            members = idx == k
+            # what SSCA added to the members' mean base is bounded by the sparse deltas:
+            # model - mean base equals λ·ΔΘ̂^k, whose every coordinate lies between the
+            # members' smallest and largest sparse delta (a convex combination)
+            diff = new.params["sensor:a"][k] - bases[members].mean(axis=0)
+            sparse = sparsify(deltas, 0.7).astype(np.float64)
+            lo = 0.9 * np.minimum(sparse.min(axis=0), 0) - 1e-5
+            hi = 0.9 * np.maximum(sparse.max(axis=0), 0) + 1e-5
+            assert np.all(diff >= lo) and np.all(diff <= hi)
+
+
+@pytest.mark.parametrize("kappa", [0.1, 0.5, 0.73, 1.0])
+def test_sparsify_keeps_exactly_round_kappa(kappa: float) -> None:
     d = np.random.default_rng(0).standard_normal((5, 37))
+    d[:, :10] = 1.0  # many ties
     kept = (sparsify(d, kappa) != 0).sum(axis=1)
-    assert (kept == int(np.ceil(kappa * 37))).all()
+    assert (kept == max(1, round(kappa * 37))).all()
