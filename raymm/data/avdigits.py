@@ -11,7 +11,12 @@ FSDD takes with `index < test_takes` (300 clips at 5) form the pooled test split
   (frames × frequency bins) so a 1-D CNN convolves over time with the bins as channels.
   Optional SpecAugment-style masking in training (`freq_mask`/`time_mask`: maximum widths;
   0 = off), drawn from the seeded per-device generator.
-- `visual`: 28×28 images scaled to [0, 1].
+- `visual`: 28×28 images scaled to [0, 1]. `image_noise: σ` makes vision the weak modality
+  of a benchmark (FedMChain's setting: one dominant, one weak modality): every image gets
+  additive Gaussian pixel noise of standard deviation σ, drawn once per image from the stream
+  (seed, SETUP, SERVER, "avdigits_image_noise") so it is the same image in every epoch and on
+  every device (a fixed degradation of the sensor, not augmentation). See
+  scenarios/scripts/avdigits_calibration.py for the accuracies a centralised model reaches.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class AVDigitsParams(BaseModel):
     test_takes: int = Field(5, ge=1, le=49)
     freq_mask: int = Field(0, ge=0)
     time_mask: int = Field(0, ge=0)
+    #: σ of fixed additive Gaussian pixel noise on the [0, 1] images (0 = clean)
+    image_noise: float = Field(0.0, ge=0, le=10)
 
 
 class SpecAugment:
@@ -117,6 +124,9 @@ class AVDigitsLoader:
             raise DataError(f"avdigits: cannot read {apath} / {ipath}: {exc}") from None
         spec = log_spectrogram(audio, params.n_fft, params.hop)
         img = images[pair_images(y, image_y, seed)].astype(np.float32) / 255.0
+        if params.image_noise > 0:
+            noise = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "avdigits_image_noise")
+            img += (params.image_noise * noise.standard_normal(img.shape)).astype(np.float32)
         test = take < params.test_takes
         train_spec = spec[~test]
         mean, std = float(train_spec.mean()), float(train_spec.std())
@@ -135,6 +145,7 @@ class AVDigitsLoader:
         return Dataset(name="avdigits", sensors=SENSORS, num_classes=10, train=split(~test),
                        test=split(test), class_names=tuple(str(c) for c in range(10)),
                        meta={"audio": str(apath), "images": str(ipath),
+                             "image_noise": params.image_noise,
                              "spectrogram": {"n_fft": params.n_fft, "hop": params.hop,
                                              "mean": mean, "std": std}},
                        augment=aug)
