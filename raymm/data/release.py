@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.data.base import Dataset, Split, register_dataset, require_file, resolve_data_path
 from raymm.data.prepare import CONVERTERS
@@ -68,6 +68,9 @@ class ReleaseParams(BaseModel):
     #: paper partitions whole datasets; the pooled test split then overlaps training, so it
     #: needs eval.scope: devices)
     train_pool: Literal["train", "train+valid", "all"] = "train+valid"
+    #: the number of classes the file must hold (e.g. 3 for the FedMChain paper's CMU-MOSEI,
+    #: prepared with --classes 3); None takes what the file holds
+    classes: int | None = Field(default=None, ge=2)
 
 
 RawSplit = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]  # x by dataset sensor, y, group
@@ -105,6 +108,10 @@ class ReleaseLoader:
                             f"`raymm data prepare {self.release.converter} --from {path}` writes")
         pool = list(POOLS[params.train_pool])
         names, parts, meta = read_release(path, self.name, self.release, pool)
+        if params.classes is not None and params.classes != len(names):
+            raise DataError(f"{path}: holds {len(names)} classes ({', '.join(names)}); "
+                            f"dataset.classes asks for {params.classes} (prepare the file "
+                            f"again with the class count you want)")
         pool = [sp for sp in pool if sp in parts]
         train = _concat([parts[sp] for sp in pool])
         test = parts["test"]

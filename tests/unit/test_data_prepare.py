@@ -283,6 +283,10 @@ def test_cmu_mosei_pooling_labels_and_video_groups(tmp_path):
     assert z7["train_y"].tolist() == [2, 3, 3, 6]    # round(-1.2)=-1, 0, round(0.4)=0, 3
     assert z7["test_y"].tolist() == [3, 0, 5]        # round(-0.5)=0 (half to even), clip -3.7
     assert z7["class_names"].tolist() == ["-3", "-2", "-1", "0", "1", "2", "3"]
+    z3 = _npz(prepare("cmu-mosei", src, tmp_path / "m3.npz", classes=3).path)
+    assert z3["class_names"].tolist() == ["negative", "neutral", "positive"]
+    assert z3["train_y"].tolist() == [0, 1, 1, 2]    # -1.2 -> -1, 0, 0.4 -> 0, 2.6 -> +1
+    assert z3["test_y"].tolist() == [1, 0, 2]        # -0.5 -> 0 (half to even), -3.7, 1.5 -> 2
     zt = _npz(prepare("cmu-mosei", src, tmp_path / "mt.npz", keep_time=True).path)
     assert zt["train_text"].shape == (4, 3, 768) and zt["test_acoustic"][0, 2, 0] == 0.0
 
@@ -303,8 +307,8 @@ def test_cmu_mosei_without_valid_and_bad_layouts(tmp_path):
     src.write_bytes(b"not a pickle")
     with pytest.raises(DataError, match="unreadable pickle"):
         prepare("cmu-mosei", src, tmp_path / "b.npz")
-    with pytest.raises(RaymmError, match="--classes must be 2 or 7"):
-        prepare("cmu-mosei", src, tmp_path / "b.npz", classes=3)
+    with pytest.raises(RaymmError, match="--classes must be 2, 3 or 7"):
+        prepare("cmu-mosei", src, tmp_path / "b.npz", classes=4)
     assert not (tmp_path / "b.npz").exists() and _no_partial(tmp_path)
 
 

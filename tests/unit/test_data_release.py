@@ -122,6 +122,10 @@ def test_cmu_mosei_acoustic_is_the_audio_sensor(tmp_path):
     assert ds.class_names == ("negative", "positive")
     assert ds.train.y.tolist() == [0, 1, 1, 1, 1, 0]                  # train then valid
     assert ds.train.group.tolist() == [0, 0, 1, 2, 1, 5] and ds.test.group.tolist() == [3, 3, 4]
+    assert load_dataset("cmu_mosei", {"path": str(path), "classes": 2}, 0).num_classes == 2
+    with pytest.raises(DataError, match=r"holds 2 classes \(negative, positive\); "
+                                        r"dataset.classes asks for 3"):
+        load_dataset("cmu_mosei", {"path": str(path), "classes": 3}, 0)
 
 
 def test_cmu_mosei_features_standardised_and_padding_kept_zero(tmp_path):
