@@ -135,12 +135,13 @@ _CONVERTER = {"crema_d": "crema-d", "ave": "ave", "cmu_mosei": "cmu-mosei"}
 
 
 def write_standin(name: str, path: Path, n_train: int, n_test: int, groups: int = 20,
-                  seed: int = 0) -> Path:
+                  classes: int | None = None, seed: int = 0) -> Path:
     """A file in the prepared layout at the release's real shapes, random values: what a
     scenario written for the release needs to load and build where the release is absent."""
     from raymm.data.prepare import _meta, _split_arrays
 
-    shapes, classes = STANDIN[name]
+    shapes, default_classes = STANDIN[name]
+    classes = classes or default_classes
     rng = np.random.default_rng(seed)
     parts = {}
     for sp, n in (("train", n_train), ("test", n_test)):

@@ -284,3 +284,22 @@ def test_fedmchain_runs_on_the_prepared_release(name, tmp_path):
     import pyarrow.parquet as pq
 
     assert pq.read_table(res.run_dir / "rounds.parquet").to_pydict()["phase"] == chain
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_paper_scenario_runs_on_a_standin_of_the_release(name, tmp_path, monkeypatch):
+    """The shipped scenario itself, a few rounds, on random data at the release's shapes."""
+    from helpers import REPO
+    from tiny_releases import write_standin
+
+    path = REPO / "scenarios" / f"fedmchain_{name}.yaml"
+    raw = yaml.safe_load(path.read_text())
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    write_standin(name, tmp_path / raw["dataset"]["path"], n_train=raw["population"]["devices"]
+                  * 12, n_test=20, classes=raw["dataset"].get("classes"))
+    chain = raw["schedule"]["chain"]
+    res = raymm.run(path, [f"rounds={len(chain)}", "training.sync_every=1", "eval.every=1",
+                           "output.tensorboard=false"], out=tmp_path / "runs", executor="serial")
+    assert res.summary["rounds_completed"] == len(chain)
+    assert np.isfinite(res.summary["final_accuracy"])
