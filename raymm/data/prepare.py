@@ -770,6 +770,7 @@ def convert_cmu_mosei(src: Path, *, classes: int = 2, keep_time: bool = False,
         offset += n
         parts[sp] = {"x": r["x"], "y": r["y"], "group": group, "id": ids}
     meta = _meta(source=str(path), converter="cmu-mosei", classes=classes, keep_time=keep_time,
-                 labels=MOSEI_LABEL_RULES[classes], groups="video id" if have_ids else "one per sample",
+                 labels=MOSEI_LABEL_RULES[classes],
+                 groups="video id" if have_ids else "one per sample",
                  pooling="none" if keep_time else "mean over time steps that are not all zero")
     return _split_arrays(tuple(MOSEI_SENSORS), MOSEI_CLASS_NAMES[classes], parts, meta)

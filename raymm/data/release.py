@@ -33,7 +33,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.data.base import Dataset, Split, register_dataset, require_file, resolve_data_path
+from raymm.data.base import (Dataset, Split, open_npz, register_dataset, require_file,
+                              resolve_data_path)
 from raymm.data.prepare import CONVERTERS
 from raymm.errors import DataError
 
@@ -131,9 +132,7 @@ def read_release(path: Path, name: str, release: Release, pool: list[str]
     """Class names, the splits needed (the pool's that exist, and `test`) keyed by split, and
     the file's own `meta_json`; every layout problem is one DataError naming the file."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise DataError(f"{path}: not an .npz archive")
+        with open_npz(path) as z:
             meta = _check_header(path, z, name, release)
             splits = [str(s) for s in z["splits"]]
             for need in ("train", "test"):

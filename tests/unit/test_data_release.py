@@ -190,6 +190,8 @@ def test_wrong_files_give_one_clear_message(tmp_path):
     ]
     (tmp_path / "junk.npz").write_bytes(b"not an archive at all")
     cases.append(("crema_d", tmp_path / "junk.npz", r"junk\.npz: unreadable or corrupt"))
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    cases.append(("crema_d", tmp_path / "one.npy", r"one\.npy: not an \.npz archive"))
     arrays = _npz(crema_file)
     del arrays["meta_json"], arrays["test_group"]
     np.savez(tmp_path / "nogroup.npz", **arrays)
