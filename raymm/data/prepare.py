@@ -9,7 +9,8 @@ Output layouts (all arrays plain numpy, strings fixed-width unicode, so no `allo
 - `uci-har`: the layout `raymm/data/har.py` reads: `{train,test}_{acc,gyro}` `[n, 128, 3]`,
   `{train,test}_{y,subject}`, `class_names`, `sample_rate_hz`.
 - the others: `sensors`, `class_names`, `splits`, and per split `S`: `S_<sensor>` float32,
-  `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id` (clip ids).
+  `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id` (clip ids);
+  the datasets `crema_d`, `ave` and `cmu_mosei` (raymm/data/release.py) read it.
 Every file also carries `meta_json`: source, options and the rules used (JSON text).
 """
 
