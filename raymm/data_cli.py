@@ -30,8 +30,9 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
                          "help": f"share of actors/videos held out for test ({_AV}; 0.2)"}),
     ("--skip-missing", {"action": "store_true", "default": None,
                         "help": f"drop clips lacking audio or frames instead of failing ({_AV})"}),
-    ("--classes", {"type": int, "choices": [2, 7],
-                   "help": "cmu-mosei: 2 (sentiment >= 0 is positive) or 7 (rounded score)"}),
+    ("--classes", {"type": int, "choices": [2, 3, 7],
+                   "help": "cmu-mosei: 2 (sentiment >= 0 is positive), 3 (negative, neutral, "
+                           "positive: the rounded score clipped to [-1, 1]) or 7 (rounded score)"}),
     ("--keep-time", {"action": "store_true", "default": None,
                      "help": "cmu-mosei: keep [T, d] features instead of the mean over time"}),
 ]

@@ -47,6 +47,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     if sc is not None:
         problems += _check_population(sc)
         problems += _check_exchange(sc)
+        problems += _check_dataset_rules(sc)
     if problems:
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
@@ -134,6 +135,20 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
             problems.append(f"dataset.path: data file not found: {path} (relative paths are "
                             "resolved under $RAYMM_DATA, else the working directory)")
     return tuple(loader.sensors(params))
+
+
+def _check_dataset_rules(sc: Scenario) -> list[str]:
+    """A loader's own cross-field rules: an optional `check_scenario(params, scenario)`, as
+    policies have (e.g. a training pool that holds the test split needs per-device eval)."""
+    loader = DATASETS.get(sc.dataset_name)
+    check = getattr(loader, "check_scenario", None)
+    if loader is None or check is None:
+        return []
+    try:
+        params = loader.Params(**sc.dataset_params())
+    except ValidationError:
+        return []  # _check_dataset reported it
+    return list(check(params, sc))
 
 
 def _check_sensors(pop: Mapping[str, Any], model: Any, sensors: tuple[str, ...],

@@ -1,6 +1,7 @@
 """Datasets: the in-memory `Dataset`, the loader registry, and the built-in loaders.
 
-Importing this package registers `digits`, `synthetic`, `har`, `bench` and `avdigits`.
+Importing this package registers `digits`, `synthetic`, `har`, `bench`, `avdigits` and the
+prepared releases `crema_d`, `ave`, `cmu_mosei`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from raymm.data import (  # noqa: F401  (import registers the loaders)
-    avdigits, bench, digits, har, synthetic)
+    avdigits, bench, digits, har, release, synthetic)
 from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
 
 __all__ = [

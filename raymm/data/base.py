@@ -7,6 +7,8 @@ copy it: they hold index arrays into `Dataset.train`, so one copy lives in Ray's
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,3 +98,19 @@ def require_file(path: Path, what: str) -> Path:
         raise DataError(f"{what}: file not found: {path}{hint}")
     return path
 
+
+
+_NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError)
+
+
+def open_npz(path: Path) -> np.lib.npyio.NpzFile:
+    """`np.load(path, allow_pickle=False)` when it is an .npz archive (use it as a context
+    manager); a DataError naming the file otherwise: a pickle, a truncated or foreign file, or
+    a single `.npy` array, which np.load returns as a plain array."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except _NPZ_ERRORS as e:
+        raise DataError(f"{path}: unreadable or corrupt .npz ({type(e).__name__}: {e})") from e
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise DataError(f"{path}: not an .npz archive (it holds a single array)")
+    return z

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from raymm.data.base import Dataset, Split, register_dataset, require_file, resolve_data_path
+from raymm.data.base import (Dataset, Split, open_npz, register_dataset, require_file,
+                              resolve_data_path)
 from raymm.errors import DataError
 
 SENSORS = ("acc", "gyro")
@@ -49,9 +50,7 @@ def _check_split(src: Path, split: str, raw: RawSplit) -> None:
 
 def _read_npz(path: Path) -> tuple[dict[str, RawSplit], tuple[str, ...]]:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise DataError(f"{path}: not an .npz archive")
+        with open_npz(path) as z:
             keys = [f"{sp}_{k}" for sp in ("train", "test") for k in (*SENSORS, "y", "subject")]
             missing = [k for k in keys if k not in z.files]
             if missing:

@@ -9,7 +9,8 @@ Output layouts (all arrays plain numpy, strings fixed-width unicode, so no `allo
 - `uci-har`: the layout `raymm/data/har.py` reads: `{train,test}_{acc,gyro}` `[n, 128, 3]`,
   `{train,test}_{y,subject}`, `class_names`, `sample_rate_hz`.
 - the others: `sensors`, `class_names`, `splits`, and per split `S`: `S_<sensor>` float32,
-  `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id` (clip ids).
+  `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id` (clip ids);
+  the datasets `crema_d`, `ave` and `cmu_mosei` (raymm/data/release.py) read it.
 Every file also carries `meta_json`: source, options and the rules used (JSON text).
 """
 
@@ -640,7 +641,12 @@ MOSEI_SENSORS = {"text": ("text", "text_bert", "language"),
                  "visual": ("vision", "visual", "facet"),
                  "acoustic": ("audio", "acoustic", "covarep")}
 _MOSEI_SPLITS = {"train": ("train",), "valid": ("valid", "dev", "val"), "test": ("test",)}
-MOSEI_CLASS_NAMES = {2: ("negative", "positive"), 7: tuple(str(v) for v in range(-3, 4))}
+MOSEI_CLASS_NAMES = {2: ("negative", "positive"), 3: ("negative", "neutral", "positive"),
+                     7: tuple(str(v) for v in range(-3, 4))}
+#: the rule each class count applies to the sentiment score (recorded in meta_json)
+MOSEI_LABEL_RULES = {2: "1 if sentiment >= 0 else 0",
+                     3: "clip(round_half_even(sentiment), -1, 1) + 1",
+                     7: "clip(round_half_even(sentiment), -3, 3) + 3"}
 
 
 def _load_pickle(path: Path) -> Any:
@@ -675,10 +681,13 @@ def mean_over_steps(x: np.ndarray) -> np.ndarray:
 
 def mosei_labels(sentiment: np.ndarray, classes: int) -> np.ndarray:
     """2 classes: sentiment >= 0 -> 1 (positive), else 0. 7 classes: round half to even,
-    clip to [-3, 3], shift to 0..6 (the usual Acc-7 rule)."""
+    clip to [-3, 3], shift to 0..6 (the usual Acc-7 rule). 3 classes (negative, neutral,
+    positive, as the FedMChain paper counts them): the same rounding clipped to [-1, 1], so
+    |sentiment| <= 0.5 is neutral."""
     if classes == 2:
         return (sentiment >= 0).astype(np.int64)
-    return (np.clip(np.round(sentiment), -3, 3) + 3).astype(np.int64)
+    k = (classes - 1) // 2
+    return (np.clip(np.round(sentiment), -k, k) + k).astype(np.int64)
 
 
 def _video_ids(raw: Any, n: int, where: str) -> list[str]:
@@ -737,7 +746,7 @@ def convert_cmu_mosei(src: Path, *, classes: int = 2, keep_time: bool = False,
     unpickled, so only prepare files you trust.
     """
     if classes not in MOSEI_CLASS_NAMES:
-        raise RaymmError(f"prepare: --classes must be 2 or 7, got {classes}")
+        raise RaymmError(f"prepare: --classes must be 2, 3 or 7, got {classes}")
     path = _mosei_file(src)
     data = _load_pickle(path)
     if not isinstance(data, dict):
@@ -761,9 +770,8 @@ def convert_cmu_mosei(src: Path, *, classes: int = 2, keep_time: bool = False,
         group = ([group_ids[v] for v in ids] if have_ids else np.arange(offset, offset + n))
         offset += n
         parts[sp] = {"x": r["x"], "y": r["y"], "group": group, "id": ids}
-    rule = ("1 if sentiment >= 0 else 0" if classes == 2 else
-            "clip(round_half_even(sentiment), -3, 3) + 3")
     meta = _meta(source=str(path), converter="cmu-mosei", classes=classes, keep_time=keep_time,
-                 labels=rule, groups="video id" if have_ids else "one per sample",
+                 labels=MOSEI_LABEL_RULES[classes],
+                 groups="video id" if have_ids else "one per sample",
                  pooling="none" if keep_time else "mean over time steps that are not all zero")
     return _split_arrays(tuple(MOSEI_SENSORS), MOSEI_CLASS_NAMES[classes], parts, meta)

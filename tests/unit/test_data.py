@@ -233,6 +233,13 @@ def test_har_not_an_archive(tmp_path: Path) -> None:
         load_dataset("har", {"path": str(path)}, 0)
 
 
+def test_har_single_array_file(tmp_path: Path) -> None:
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    (tmp_path / "one.npy").rename(tmp_path / "har.npz")  # np.load goes by content, not name
+    with pytest.raises(DataError, match=r"har\.npz: not an \.npz archive"):
+        load_dataset("har", {"path": str(tmp_path / "har.npz")}, 0)
+
+
 @pytest.mark.parametrize(
     ("override", "problem"),
     [

@@ -1,19 +1,20 @@
 """`raymm data prepare`: each converter on tiny files written in the official release layout."""
 
 import pickle
-import wave
 import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from raymm.data import load_dataset
 from raymm.data.prepare import CREMA_EMOTIONS, prepare
 from raymm.cli import main
 from raymm.errors import DataError, RaymmError
+
+from tiny_releases import AV, crema as _crema, mosei_pickle as _mosei_pickle, wav as _wav
+from tiny_releases import ave as _ave
 
 SILENCE = float(np.log(np.float32(1e-6)))  # log-mel of an all-zero frame
 
@@ -138,44 +139,6 @@ def test_existing_output_is_kept_unless_force(tmp_path):
 
 # --------------------------------------------------------------------------- audio + frames
 
-def _wav(path, seconds, rate, freq, sound_until=None):
-    t = np.arange(int(round(seconds * rate))) / rate
-    x = 0.5 * np.sin(2 * np.pi * freq * t)
-    if sound_until is not None:
-        x[int(sound_until * rate):] = 0.0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((x * 32767).astype("<i2").tobytes())
-
-
-def _frames(folder, values, names=None, ext=".png"):
-    """Constant grey 12x16 frames (centre-cropped to 12x12, then resized: still constant)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, v in zip(names or [str(i + 1) for i in range(len(values))], values):
-        Image.fromarray(np.full((12, 16), v, np.uint8)).save(folder / f"{name}{ext}")
-
-
-def _crema(root, actors=(1001, 1002, 1003, 1004, 1005)):
-    """Two clips per actor; clip c has frames 1, 2, 10 valued 50+c, 100+c, 150+c, so natural
-    order makes '2' the middle one (name order would pick '10')."""
-    clips = {}
-    for a_i, actor in enumerate(actors):
-        for k, emo in enumerate(("ANG", "SAD") if a_i % 2 == 0 else ("HAP", "NEU")):
-            c = len(clips)
-            clip = f"{actor}_{'DFA' if k == 0 else 'IEO'}_{emo}_XX"
-            rate = 8000 if c == 3 else 16000  # one clip needs resampling
-            _wav(root / "AudioWAV" / f"{clip}.wav", 0.5, rate, 300 if emo == "ANG" else 2000)
-            _frames(root / "Image-01-FPS" / clip, [50 + c, 100 + c, 150 + c], ["1", "2", "10"])
-            clips[clip] = c
-    return clips
-
-
-AV = {"seconds": 1.0, "n_mels": 16, "image_size": 8}
-
-
 def test_crema_d_audio_frames_labels_and_actor_split(tmp_path):
     root = tmp_path / "CREMA-D"
     clips = _crema(root)
@@ -241,25 +204,6 @@ def test_crema_d_video_only_explains_how_to_extract_frames(tmp_path, capsys):
     assert "--classes does not apply" in capsys.readouterr().err
 
 
-def _ave(root, split_files):
-    """Six 2-s videos at 8 kHz, sound in the first second only; frames 1..4 valued 10*k + v."""
-    ds = root / "AVE_Dataset"
-    rows = [("Dog", 0, 1), ("Church bell", 1, 2), ("Male speech, man speaking", 0, 1),
-            ("Dog", 0, 2), ("Church bell", 0, 1), ("Dog", 1, 2)]
-    lines = ["Category&VideoID&Quality&StartTime&EndTime"]
-    for v, (cat, s, e) in enumerate(rows):
-        vid = f"vid{v}"
-        lines.append(f"{cat}&{vid}&good&{s}&{e}")
-        _wav(ds / "audio" / f"{vid}.wav", 2.0, 8000, 500, sound_until=1.0)
-        _frames(ds / "frames" / vid, [10 * k + v for k in range(1, 5)])
-    (ds / "Annotations.txt").write_text("\n".join(lines) + "\n")
-    if split_files:
-        (ds / "trainSet.txt").write_text("\n".join(lines[1:4]) + "\n")
-        (ds / "valSet.txt").write_text(lines[4] + "\n")
-        (ds / "testSet.txt").write_text(lines[5] + "\n" + lines[6] + "\n")
-    return rows
-
-
 def test_ave_event_window_midpoint_frame_and_official_split(tmp_path):
     rows = _ave(tmp_path, split_files=True)
     res = prepare("ave", tmp_path, tmp_path / "ave.npz", seconds=1.0, n_mels=8, image_size=4)
@@ -318,31 +262,6 @@ def test_ave_layout_errors(tmp_path):
 
 # --------------------------------------------------------------------------- CMU-MOSEI
 
-def _mosei_split(n, sentiments, ids, t=3, seven=False):
-    text = np.zeros((n, t, 768))
-    vision = np.full((n, t, 35), 0.5)
-    audio = np.ones((n, t, 74))
-    text[:, 1, :] = 1.0  # step 0 is padding (all zero in text, vision, audio)
-    text[:, 2, :] = 3.0
-    vision[:, 0, :] = 0.0
-    audio[:, 0, :] = 0.0
-    audio[:, 2, 0] = -np.inf  # COVAREP has -inf; it becomes 0
-    lab = np.asarray(sentiments, dtype=np.float64).reshape(n, 1, 1)
-    if seven:
-        lab = np.concatenate([lab, np.zeros((n, 1, 6))], axis=2)  # sentiment + 6 emotions
-    return {"text": text, "vision": vision, "audio": audio, "labels": lab,
-            "id": np.asarray(ids)}
-
-
-def _mosei_pickle(path, with_valid=True):
-    data = {"train": _mosei_split(4, [-1.2, 0.0, 0.4, 2.6], ["a[0]", "a[1]", "b[0]", "c[0]"]),
-            "test": _mosei_split(3, [-0.5, -3.7, 1.5], ["d[0]", "d[1]", "e[0]"], seven=True)}
-    if with_valid:
-        data["valid"] = _mosei_split(2, [0.2, -2.2], ["b[1]", "f[0]"])
-    path.write_bytes(pickle.dumps(data))
-    return path
-
-
 def test_cmu_mosei_pooling_labels_and_video_groups(tmp_path):
     src = _mosei_pickle(tmp_path / "mosei_senti_data.pkl")
     res = prepare("cmu-mosei", src, tmp_path / "m2.npz")
@@ -364,6 +283,10 @@ def test_cmu_mosei_pooling_labels_and_video_groups(tmp_path):
     assert z7["train_y"].tolist() == [2, 3, 3, 6]    # round(-1.2)=-1, 0, round(0.4)=0, 3
     assert z7["test_y"].tolist() == [3, 0, 5]        # round(-0.5)=0 (half to even), clip -3.7
     assert z7["class_names"].tolist() == ["-3", "-2", "-1", "0", "1", "2", "3"]
+    z3 = _npz(prepare("cmu-mosei", src, tmp_path / "m3.npz", classes=3).path)
+    assert z3["class_names"].tolist() == ["negative", "neutral", "positive"]
+    assert z3["train_y"].tolist() == [0, 1, 1, 2]    # -1.2 -> -1, 0, 0.4 -> 0, 2.6 -> +1
+    assert z3["test_y"].tolist() == [1, 0, 2]        # -0.5 -> 0 (half to even), -3.7, 1.5 -> 2
     zt = _npz(prepare("cmu-mosei", src, tmp_path / "mt.npz", keep_time=True).path)
     assert zt["train_text"].shape == (4, 3, 768) and zt["test_acoustic"][0, 2, 0] == 0.0
 
@@ -384,8 +307,8 @@ def test_cmu_mosei_without_valid_and_bad_layouts(tmp_path):
     src.write_bytes(b"not a pickle")
     with pytest.raises(DataError, match="unreadable pickle"):
         prepare("cmu-mosei", src, tmp_path / "b.npz")
-    with pytest.raises(RaymmError, match="--classes must be 2 or 7"):
-        prepare("cmu-mosei", src, tmp_path / "b.npz", classes=3)
+    with pytest.raises(RaymmError, match="--classes must be 2, 3 or 7"):
+        prepare("cmu-mosei", src, tmp_path / "b.npz", classes=4)
     assert not (tmp_path / "b.npz").exists() and _no_partial(tmp_path)
 
 
