@@ -86,7 +86,8 @@ class DeviceHost:
                                                       self.device_state.get(dev, {}),
                                                       self.trainer.initial)
                 out = self.trainer.train(dev, plan.round, self.pop.indices(dev), held, groups,
-                                         broadcast, self.local_state.get(dev), start, state)
+                                         broadcast, self.local_state.get(dev), start, state,
+                                         plan.upload)
                 sent, state = exchange.finish(mode, plan, out.updates, {**state, **out.state},
                                               self.trainer.initial)
             except Exception as exc:  # noqa: BLE001 - a crashed device is data, not a crash

@@ -87,9 +87,11 @@ class LocalTrainer:
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
               groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
               start: dict[str, np.ndarray] | None = None,
-              state: dict[str, np.ndarray] | None = None) -> DeviceOutcome:
+              state: dict[str, np.ndarray] | None = None, upload: bool = True
+              ) -> DeviceOutcome:
         """`start` (default: the broadcast's global vectors) is what the model is loaded with;
-        `state` is what the device kept from earlier rounds, passed to the objective's hooks."""
+        `state` is what the device kept from earlier rounds, passed to the objective's hooks;
+        `upload` says whether this round's extras reach the server (`DeviceFinish.upload`)."""
         model, layout = self.model, self.layout
         layout.load(model, broadcast.params if start is None else start)
         use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
@@ -149,7 +151,7 @@ class LocalTrainer:
             new_state, sent = finish(DeviceFinish(
                 device, rnd, tuple(groups), before, updates, state,
                 dict(broadcast.extras), len(losses), self.training.lr,
-                self._mean_grads(grad_sum, groups, len(losses))))
+                self._mean_grads(grad_sum, groups, len(losses)), upload))
             dev_extras = {**dev_extras, **sent}
         return DeviceOutcome(
             updates=updates,

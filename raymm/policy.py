@@ -165,6 +165,10 @@ class DeviceFinish:
     #: mean minibatch gradient per trained group over the local steps (filled only when the
     #: objective sets `needs_grad_mean = True`)
     grad_mean: dict[str, np.ndarray] = field(default_factory=dict)
+    #: whether this round's extras reach the server (False between the syncs of a periodic
+    #: exchange: what the hook returns as sent is dropped, so changes must be kept and sent
+    #: summed at the next upload)
+    upload: bool = True
 
 
 @runtime_checkable

@@ -169,8 +169,8 @@ class VectorisedTrainer:
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
 
-    def train(self, requests: list[Request], rnd: int, broadcast: Broadcast
-              ) -> dict[int, DeviceOutcome]:
+    def train(self, requests: list[Request], rnd: int, broadcast: Broadcast,
+              upload: bool = True) -> dict[int, DeviceOutcome]:
         """Outcomes of every device whose bucket trained; devices of a bucket that raised are
         left out (the caller trains them sequentially) and the error is logged."""
         # values for groups a device's start vectors do not name: the round's broadcast, else
@@ -264,7 +264,7 @@ class VectorisedTrainer:
                 params, state = self.optim.step(params, grads, state)
                 losses.append(loss.detach())
         return self._outcomes(reqs, sources, groups, params, torch.stack(losses, 1),
-                              use_adapter, grad_sum, rnd)
+                              use_adapter, grad_sum, rnd, upload)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -396,7 +396,8 @@ class VectorisedTrainer:
 
     def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
                   groups: list[str], params: Params, losses: Tensor, use_adapter: bool,
-                  grad_sum: Params | None, rnd: int) -> dict[int, DeviceOutcome]:
+                  grad_sum: Params | None, rnd: int, upload: bool = True
+                  ) -> dict[int, DeviceOutcome]:
         g = len(reqs)
         flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
@@ -421,7 +422,7 @@ class VectorisedTrainer:
                 new_state, sent = finish(DeviceFinish(
                     r.device, rnd, tuple(groups), before, updates, r.state or {},
                     dict(self.bcast_extras), steps, self.base.training.lr,
-                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {}))
+                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {}, upload))
                 extras = {**extras, **sent}
             out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
         return out
@@ -468,12 +469,13 @@ class _PrecomputedTrainer:
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
               groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
               start: dict[str, np.ndarray] | None = None,
-              state: dict[str, np.ndarray] | None = None) -> DeviceOutcome:
+              state: dict[str, np.ndarray] | None = None, upload: bool = True
+              ) -> DeviceOutcome:
         hit = self.ready.pop(device, None)
         if hit is not None and hit[0] == (rnd, tuple(groups)):
             return hit[1]
         return self.base.train(device, rnd, indices, held, groups, broadcast, local, start,
-                               state)
+                               state, upload)
 
 
 class VectorisedHost(DeviceHost):
@@ -515,7 +517,7 @@ class VectorisedHost(DeviceHost):
                 continue
             requests.append(Request(dev, self.pop.indices(dev), held, tuple(groups),
                                     self.local_state.get(dev), start, state))
-        done = self.vec.train(requests, plan.round, broadcast)
+        done = self.vec.train(requests, plan.round, broadcast, plan.upload)
         pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
                      for r in requests if r.device in done}
         try:

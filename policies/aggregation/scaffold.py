@@ -45,3 +45,14 @@ class Scaffold(FedAvg):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.c = {g: np.asarray(v, np.float32) for g, v in state["c"].items()}
+
+
+@AGGREGATORS.register("scaffold_delta")
+class ScaffoldDelta(Scaffold):
+    """SCAFFOLD with periodic sync (training.exchange: delta): the same control variates, the
+    model moved by the weighted mean uploaded delta."""
+
+    takes_deltas = True
+
+    def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
+        return (current + mean).astype(np.float32)

@@ -12,6 +12,11 @@ arrives as the extra `scaffold_c/<g>` (absent = 0).
   displacement is no longer lr·gradient (Adam steps are ~lr per coordinate whatever the
   gradient), so option II's c_i is mis-scaled and swamps the task gradient, while this stays
   a gradient estimate.
+
+With periodic sync (training.exchange: delta, aggregation: scaffold_delta) c_i is still updated
+every round a device trains, but Δc_i reaches the server only at syncs: the device keeps the
+c_i it last reported (`scaffold_ci_sent/<g>`, absent when equal to c_i) and sends the whole
+change since then, so the server's c = Σ reported changes / N stays exact.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from raymm.policy import DeviceFinish, LossInputs
 from raymm.registry import OBJECTIVES
 
 C, CI, DC = "scaffold_c/", "scaffold_ci/", "scaffold_dc/"
+CI_SENT = "scaffold_ci_sent/"
 
 
 def _vec(src: dict[str, np.ndarray], key: str, size: int) -> np.ndarray:
@@ -82,5 +88,10 @@ class ScaffoldObjective:
                 drift = (fin.start[g].astype(np.float64) - fin.end[g]) / (fin.steps * fin.lr)
                 new = (ci - c + drift).astype(np.float32)
             state[CI + g] = new
-            sent[DC + g] = (new - ci).astype(np.float32)
+            reported = fin.state.get(CI_SENT + g, ci)
+            sent[DC + g] = (new - reported).astype(np.float32)
+            if not fin.upload:  # dropped this round: the server still knows `reported`
+                state[CI_SENT + g] = np.asarray(reported, np.float32)
+            elif CI_SENT + g in fin.state:  # reported now (device state merges key by key)
+                state[CI_SENT + g] = new
         return state, sent

@@ -12,6 +12,7 @@ import torch
 import policies
 from raymm.config import read_yaml
 from raymm.population import local_split
+from raymm.api import load_scenario
 from raymm.variants import method_variant
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
@@ -34,7 +35,7 @@ def test_method_variant_drops_only_what_the_other_method_cannot_take() -> None:
     raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")
     raw["aggregation"] = {"clusters": 3}
     raw["objective"] = {"tau": 0.2}
-    fedavg = method_variant(raw, "fedavg", policies.PRESETS)
+    fedavg = method_variant(raw, "fedavg", policies.PRESETS, sync_every=1)
     assert "aggregation" not in fedavg and "objective" not in fedavg
     assert "sync_every" not in fedavg["training"] and fedavg["training"]["lr"] == 0.005
     assert fedavg["selection"]["name"] == "fraction"     # a named section stays
@@ -43,6 +44,20 @@ def test_method_variant_drops_only_what_the_other_method_cannot_take() -> None:
     wo_ssca = method_variant(raw, "fedmchain_wo_ssca", policies.PRESETS)
     assert "aggregation" not in wo_ssca and wo_ssca["objective"] == {"tau": 0.2}
     assert raw["aggregation"] == {"clusters": 3}         # input untouched
+
+
+def test_method_variant_keeps_the_sync_period_for_every_method() -> None:
+    raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")     # sync_every: 2
+    fedavg = method_variant(raw, "fedavg", policies.PRESETS)
+    assert fedavg["training"]["exchange"] == "delta" and fedavg["training"]["sync_every"] == 2
+    assert fedavg["aggregation"] == {"name": "delta_mean"}
+    scaffold = method_variant(raw, "scaffold", policies.PRESETS)
+    assert scaffold["aggregation"] == {"name": "scaffold_delta"}
+    assert "sync_every" not in method_variant(raw, "local", policies.PRESETS)["training"]
+    assert method_variant(raw, "fedmchain", policies.PRESETS, sync_every=7)[
+        "training"]["sync_every"] == 7
+    for method in ("fedavg", "fedprox", "scaffold", "local", "fedmchain"):
+        load_scenario(method_variant(raw, method, policies.PRESETS))   # each one is valid
 
 
 DATA = Path(os.environ.get("RAYMM_DATA", "/nonexistent"))

@@ -66,3 +66,26 @@ def test_server_variate_is_mean_change_over_all_devices() -> None:
     np.testing.assert_allclose(out["g"], [3.0, 1.0])                 # sample-weighted mean
     np.testing.assert_allclose(agg.extras(2)["scaffold_c/g"], [1.0, 1.0])  # (Σ Δc)/N, N = 4
     assert agg.state_dict()["c"]["g"] == pytest.approx([1.0, 1.0])
+
+
+def test_periodic_sync_sends_the_whole_change_since_the_last_report() -> None:
+    """Between syncs Δc_i is dropped on the way; what arrives at the sync is every change since
+    the last report, so the server's c moves by exactly c_i(now) - c_i(reported)."""
+    obj = ScaffoldObjective()
+    state: dict[str, np.ndarray] = {"scaffold_ci/g": np.array([1.0, 1.0], np.float32)}
+    arrived = []
+    # with c = 0 the trainer's mean gradient is raw - c_i, so c_i⁺ = raw = grad_mean + c_i:
+    # these make c_i go 1 -> 2,0 -> 4,4 -> 3,1 -> 5,5
+    for rnd, (grad, upload) in enumerate([([1.0, -1.0], False), ([2.0, 4.0], False),
+                                          ([-1.0, -3.0], True), ([2.0, 4.0], True)], 1):
+        new_state, sent = obj.device_finish(DeviceFinish(
+            device=0, round=rnd, groups=("g",), start={"g": np.zeros(2)}, end={"g": np.zeros(2)},
+            state=state, extras={}, steps=1, lr=0.1, grad_mean={"g": np.array(grad)},
+            upload=upload))
+        state = {**state, **new_state}                 # how hosts merge device state
+        if upload:
+            arrived.append(sent["scaffold_dc/g"])
+    # syncs send 3,1 - 1,1 (the two dropped changes included) and then 5,5 - 3,1
+    np.testing.assert_allclose(arrived[0], [2.0, 0.0])
+    np.testing.assert_allclose(arrived[1], [2.0, 4.0])
+    np.testing.assert_allclose(state["scaffold_ci_sent/g"], [5.0, 5.0])
