@@ -11,17 +11,20 @@ FSDD takes with `index < test_takes` (300 clips at 5) form the pooled test split
   (frames × frequency bins) so a 1-D CNN convolves over time with the bins as channels.
   Optional SpecAugment-style masking in training (`freq_mask`/`time_mask`: maximum widths;
   0 = off), drawn from the seeded per-device generator.
-- `visual`: 28×28 images scaled to [0, 1]. `image_noise: σ` makes vision the weak modality
-  of a benchmark (FedMChain's setting: one dominant, one weak modality): every image gets
-  additive Gaussian pixel noise of standard deviation σ, drawn once per image from the stream
-  (seed, SETUP, SERVER, "avdigits_image_noise") so it is the same image in every epoch and on
-  every device (a fixed degradation of the sensor, not augmentation). See
-  scenarios/scripts/avdigits_calibration.py for the accuracies a centralised model reaches.
+- `visual`: 28×28 images scaled to [0, 1]. Two fixed degradations of the camera make vision
+  the weak modality of a benchmark (FedMChain's setting: one dominant, one weak modality):
+  `image_pool: b` averages b×b pixel blocks (a (28/b)×(28/b) camera, blocks repeated back to
+  28×28 so the model is unchanged), and `image_noise: σ` adds Gaussian pixel noise of standard
+  deviation σ, drawn once per image from the stream (seed, SETUP, SERVER,
+  "avdigits_image_noise") so it is the same image in every epoch and on every device (a sensor
+  property, not augmentation). scenarios/scripts/avdigits_calibration.py measures what a
+  centralised model reaches with each modality.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -47,6 +50,8 @@ class AVDigitsParams(BaseModel):
     time_mask: int = Field(0, ge=0)
     #: σ of fixed additive Gaussian pixel noise on the [0, 1] images (0 = clean)
     image_noise: float = Field(0.0, ge=0, le=10)
+    #: average b×b pixel blocks (b divides 28; 1 = full resolution)
+    image_pool: Literal[1, 2, 4, 7, 14] = 1
 
 
 class SpecAugment:
@@ -84,6 +89,13 @@ def log_spectrogram(audio: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     wav = torch.from_numpy(audio.astype(np.float32) / 32768.0)
     spec = torchaudio.transforms.Spectrogram(n_fft=n_fft, hop_length=hop, power=1.0)(wav)
     return torch.log(spec + LOG_FLOOR).transpose(1, 2).contiguous().numpy()
+
+
+def pool_blocks(img: np.ndarray, b: int) -> np.ndarray:
+    """[N, H, W] -> the mean of each b×b block, repeated back to [N, H, W]."""
+    n, h, w = img.shape
+    means = img.reshape(n, h // b, b, w // b, b).mean(axis=(2, 4))
+    return np.repeat(np.repeat(means, b, axis=1), b, axis=2).astype(np.float32)
 
 
 def pair_images(labels: np.ndarray, image_labels: np.ndarray, seed: int) -> np.ndarray:
@@ -124,6 +136,8 @@ class AVDigitsLoader:
             raise DataError(f"avdigits: cannot read {apath} / {ipath}: {exc}") from None
         spec = log_spectrogram(audio, params.n_fft, params.hop)
         img = images[pair_images(y, image_y, seed)].astype(np.float32) / 255.0
+        if params.image_pool > 1:
+            img = pool_blocks(img, params.image_pool)
         if params.image_noise > 0:
             noise = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "avdigits_image_noise")
             img += (params.image_noise * noise.standard_normal(img.shape)).astype(np.float32)
@@ -146,6 +160,7 @@ class AVDigitsLoader:
                        test=split(test), class_names=tuple(str(c) for c in range(10)),
                        meta={"audio": str(apath), "images": str(ipath),
                              "image_noise": params.image_noise,
+                             "image_pool": params.image_pool,
                              "spectrogram": {"n_fft": params.n_fft, "hop": params.hop,
                                              "mean": mean, "std": std}},
                        augment=aug)

@@ -59,13 +59,16 @@ def train_central(sc: Scenario, data: Dataset, sensors: tuple[str, ...], epochs:
     return out
 
 
-def calibrate(sc: Scenario, seeds: list[int], epochs: int) -> dict[str, dict[str, list[float]]]:
-    """{model: {tested with: [accuracy per seed]}} for each single-sensor and the joint model."""
+def calibrate(sc: Scenario, seeds: list[int], epochs: int, only: str | None = None
+              ) -> dict[str, dict[str, list[float]]]:
+    """{model: {tested with: [accuracy per seed]}} for each single-sensor and the joint model
+    (`only`: just the model of that one sensor)."""
     results: dict[str, dict[str, list[float]]] = {}
     for seed in seeds:
         data = load_dataset(sc.dataset_name,
                             dataset_params(sc.dataset_name, sc.dataset_params()), seed)
-        for sensors in [(m,) for m in data.sensors] + [tuple(data.sensors)]:
+        models = [(only,)] if only else [(m,) for m in data.sensors] + [tuple(data.sensors)]
+        for sensors in models:
             name = "+".join(sensors) + (" (joint)" if len(sensors) > 1 else " only")
             for tested, acc in train_central(sc, data, sensors, epochs, seed).items():
                 results.setdefault(name, {}).setdefault(tested, []).append(acc)
@@ -89,9 +92,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--json", help="also write the raw accuracies here")
+    ap.add_argument("--only", help="train only the model of this one sensor")
     args = ap.parse_args()
     sc = load_scenario(args.scenario, args.overrides)
-    results = calibrate(sc, args.seeds, args.epochs)
+    results = calibrate(sc, args.seeds, args.epochs, args.only)
     print(report(results))
     if args.json:
         with open(args.json, "w") as f:

@@ -181,3 +181,19 @@ def test_scenarios_validate(name: str) -> None:
     sc = load_scenario(SCENARIO.parent / name)
     assert sc.method == "fedmchain" and sc.eval.scope == "devices"
     assert sc.population.local_test_fraction == 0.2 and sc.selection.name == "fraction"
+
+
+@pytest.mark.slow
+def test_the_chain_lifts_the_weak_modality_where_joint_training_suppresses_it(
+        tmp_path: Path) -> None:
+    """The imbalance FedMChain targets, on the synthetic benchmark: jointly trained (FedAvg,
+    summed logits) the weak branch stalls on the multimodal devices; the chain gives it its own
+    phase. Measured (seed 0): weak-only accuracy 39.6% against FedAvg's 30.8%, MIR 2.09 vs
+    2.25, at less than half the traffic."""
+    raw = read_yaml(SCENARIO.parent / "fedmchain_synthetic_imbalanced.yaml")
+    out = {m: run(method_variant(raw, m, policies.PRESETS), out=tmp_path).summary
+           for m in ("fedmchain", "fedavg")}
+    chain, joint = out["fedmchain"], out["fedavg"]
+    assert chain["final_acc_sensor/weak"] >= joint["final_acc_sensor/weak"] + 0.05
+    assert chain["final_mir"] < joint["final_mir"]
+    assert chain["bytes_up"] + chain["bytes_down"] < 0.5 * (joint["bytes_up"] + joint["bytes_down"])

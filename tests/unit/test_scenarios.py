@@ -10,7 +10,7 @@ from helpers import REPO
 from tiny_releases import STANDIN, write_standin
 
 SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
-NEEDS_DATA = {"har"}
+NEEDS_DATA = {"har", "avdigits"}
 #: releases only their users hold (`raymm data prepare`): the scenario loads and builds on a
 #: stand-in file in the prepared layout at the release's real shapes, in place of the release
 RELEASES = set(STANDIN)
