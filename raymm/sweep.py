@@ -25,8 +25,8 @@ from raymm.rundir import atomic_write_bytes, atomic_write_table
 
 #: per-run columns of the comparison table
 COLUMNS = ("scenario", "seed", "method", "final", "acc_at_budget", "acc_at_half_budget",
-           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "rounds_completed",
-           "best_round", "wall_seconds_per_round", "run_dir")
+           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "final_personal_accuracy",
+           "rounds_completed", "best_round", "wall_seconds_per_round", "run_dir")
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
     """Mean ± sample std over the runs of each scenario name (normally one per seed), in the
     order first seen."""
     head = ("| scenario | runs | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
-            "| worst sensor | GiB | rounds | s/round |")
+            "| worst sensor | GiB | personal (%) | rounds | s/round |")
     lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set", "", head,
-             "|" + "---|" * 11]
+             "|" + "---|" * 12]
     for name in dict.fromkeys(r["scenario"] for r in records):
         rs = [r for r in records if r["scenario"] == name]
         col = lambda k: [r.get(k) for r in rs]  # noqa: E731
@@ -97,6 +97,7 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
             f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('acc_at_budget'))} | "
             f"{_pct(col('acc_at_half_budget'))} | {_pct(col('tier_f1'), 1.0, 3)} | "
             f"{_pct(col('worst_drop'))} | {sensors or '–'} | {_pct(col('gib_total'), 1.0, 3)} "
+            f"| {_pct(col('final_personal_accuracy'))} "
             f"| {_pct(col('rounds_completed'), 1.0, 0)} | "
             f"{_pct(col('wall_seconds_per_round'), 1.0, 3)} |")
     return "\n".join(lines) + "\n"
