@@ -1,5 +1,5 @@
 """Short TIDE runs end to end: same numbers whatever the packing or executor (Ray included),
-and early stopping."""
+pooled and personal (per-device, own adapter) evaluation side by side, and early stopping."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ TINY: dict[str, Any] = {
                    "availability": [{"pattern": "always", "fraction": 0.5},
                                     {"pattern": "custom", "period": 3, "online": 2,
                                      "fraction": 0.5}],
-                   "hardware": [{"gflops": 1.0, "jitter": 0.3}]},
+                   "hardware": [{"gflops": 1.0, "jitter": 0.3}], "local_test_fraction": 0.25},
     "model": {"encoder": "mlp", "embed_dim": 4, "hidden": 8, "fusion_dim": 8},
     "training": {"local_epochs": 2, "batch_size": 8},
     "selection": {"k": 4},
     # prototypes from round 2 on; evidence weighting covers the per-device aux-loss extra
     "aggregation": {"warmup": 1, "weighting": "evidence"},
     "objective": {"report_aux_loss": True},
-    "eval": {"every": 2},
+    "eval": {"every": 2, "scope": "both"},
     "execution": {"executor": "serial"},
     "output": {"tensorboard": False},
 }
@@ -60,10 +60,19 @@ def test_packing_does_not_change_a_tide_run(tmp_path: Path) -> None:
     s = one_host.summary
     assert 0 <= s["tier_f1"] <= 1 and s["worst_drop_sensor"] in ("a", "b")
     assert set(s) >= {"best_acc_head/a", "best_acc_head/b", "best_acc_tier/a", "best_round"}
+    # pooled (global model) and personal (each device with its adapter) next to each other
+    evals = [r for r in one_host.rows if r.get("accuracy") is not None]
+    assert [r["round"] for r in evals] == [2, 4]
+    assert all(r["personal_devices_evaluated"] == 9 for r in evals)
+    assert s["final_personal_accuracy"] == evals[-1]["personal_accuracy"]
+    assert s["best_personal_accuracy"] == max(r["personal_accuracy"] for r in evals)
+    assert {"final_personal_acc_tier/a+b", "final_personal_acc_tier/a",
+            "final_personal_acc_tier/b"} <= set(s)
+    assert s["best_accuracy"] == max(r["accuracy"] for r in evals)
 
 
 def test_early_stopping_after_patience_evaluations(tmp_path: Path) -> None:
-    raw = dict(TINY, rounds=60, eval={"every": 1, "early_stop_patience": 2})
+    raw = dict(TINY, rounds=60, eval={"every": 1, "early_stop_patience": 2, "scope": "both"})
     res = run(raw, out=tmp_path)
     accs = [r["accuracy"] for r in res.rows]
     last = res.summary["rounds_completed"]
