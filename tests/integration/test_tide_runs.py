@@ -87,3 +87,30 @@ def test_tide_on_ray_equals_serial(tmp_path: Path, ray_session) -> None:
     on_ray = run(tiny(executor="ray", devices_per_actor=6), out=tmp_path)
     assert on_ray.summary["executor"] == "ray"
     assert_same_run(serial, on_ray)
+
+
+POOLED = ("accuracy", "test_loss", "tier_f1", "worst_drop", "acc_tier/a", "acc_tier/b",
+          "acc_head/a", "bytes_total")
+
+
+def test_the_adapter_cannot_move_the_global_model(tmp_path: Path) -> None:
+    """With the adapter on its own path the global model is exactly the one trained without an
+    adapter (random selection: TIDE's score would see the adapter's extra simulated compute),
+    so every pooled metric is too; only the personal metrics differ. The earlier joint rule
+    moves it."""
+    def go(**objective: Any) -> RunResult:
+        raw = dict(TINY, selection={"name": "random", "k": 4},
+                   objective={**TINY["objective"], **objective})
+        if objective.get("adapter") is False:
+            raw["model"] = {**TINY["model"], "adapter": False}
+        return run(raw, out=tmp_path)
+
+    personal, free, joint = go(), go(adapter=False), go(adapter_path="joint")
+    for g in free.params:
+        assert personal.params[g].tobytes() == free.params[g].tobytes(), g
+    evals = [(a, b) for a, b in zip(personal.rows, free.rows) if a.get("accuracy") is not None]
+    assert len(evals) == 2
+    for a, b in evals:
+        assert all(a[k] == b[k] for k in POOLED), [(k, a[k], b[k]) for k in POOLED]
+    assert any(a["personal_test_loss"] != b["personal_test_loss"] for a, b in evals)
+    assert not np.array_equal(joint.params["shared"], free.params["shared"])
