@@ -19,6 +19,9 @@ from raymm.host import HostSpec
 from raymm.population import Population
 from raymm.server import Policies
 
+#: prefix of the per-device metrics when a run reports them next to the pooled ones
+PERSONAL = "personal_"
+
 
 @dataclass(frozen=True)
 class World:
@@ -116,9 +119,6 @@ def personal_entries(metrics: dict[str, Any]) -> dict[str, Any]:
     `personal_acc_tier/<sensors>`, ...)."""
     return {f"{PERSONAL}{k}": v for k, v in metrics.items()}
 
-
-#: prefix of the per-device metrics when a run reports them next to the pooled ones
-PERSONAL = "personal_"
 
 
 def run_rounds(ex: Executor, sc: Scenario, first: int,

@@ -186,7 +186,7 @@ CUSTOM_SCALARS = {
         "per tier (inputs restricted to the tier's sensors)": ["Multiline", [r"accuracy_tier/.*"]],
         "per sensor alone": ["Multiline", [r"accuracy_sensor/.*"]],
         "personal (each device, own model and adapter, own test part)":
-            ["Multiline", [r"accuracy/personal.*", r"accuracy_personal_tier/.*"]],
+            ["Multiline", [r"accuracy_personal/.*", r"accuracy_personal_tier/.*"]],
     },
     "Traffic": {
         "bytes per round": ["Multiline", [r"traffic/bytes_(up|down)"]],
@@ -226,9 +226,9 @@ TB_TAGS = {
     "acc_multimodal": "accuracy/multimodal_devices",
     "mir": "modality/MIR",
     # eval.scope: both: each device on its own test part, next to the pooled metrics
-    "personal_accuracy": "accuracy/personal_devices",
+    "personal_accuracy": "accuracy_personal/all_devices",
     "personal_test_loss": "loss/test_personal",
-    "personal_acc_multimodal": "accuracy/personal_multimodal_devices",
+    "personal_acc_multimodal": "accuracy_personal/multimodal_devices",
     "personal_mir": "modality/MIR_personal",
 }
 

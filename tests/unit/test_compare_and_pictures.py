@@ -66,9 +66,9 @@ def test_tensorboard_pictures_and_layout(two_runs):
     assert {"scenario/text_summary", "custom_scalars__config__"} <= set(acc.Tags()["tensors"])
     # eval.scope: both: the personal (per-device) accuracy next to the pooled one
     scalars = set(acc.Tags()["scalars"])
-    assert {"accuracy/all_sensors", "accuracy/personal_devices", "accuracy_personal_tier/a",
+    assert {"accuracy/all_sensors", "accuracy_personal/all_devices", "accuracy_personal_tier/a",
             "accuracy_personal_tier/a+b", "accuracy_tier/a"} <= scalars
-    assert [e.step for e in acc.Scalars("accuracy/personal_devices")] == [2, 4]
+    assert [e.step for e in acc.Scalars("accuracy_personal/all_devices")] == [2, 4]
     # the confusion matrix adds up to the test set (kept out of the tables)
     rounds = pd.read_parquet(run_dir / "rounds.parquet")
     assert not any(c.startswith("_") for c in rounds.columns)
