@@ -25,8 +25,9 @@ from raymm.rundir import atomic_write_bytes, atomic_write_table
 
 #: per-run columns of the comparison table
 COLUMNS = ("scenario", "seed", "method", "final", "acc_at_budget", "acc_at_half_budget",
-           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "rounds_completed",
-           "best_round", "wall_seconds_per_round", "run_dir")
+           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "final_personal_accuracy",
+           "rounds_completed", "best_round", "fall_after_best", "wall_seconds_per_round",
+           "run_dir")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
     rows = pq.read_table(d / "rounds.parquet").to_pylist()
     rec = {k: summary.get(k) for k in COLUMNS}
     rec.update(scenario=summary["name"], final=summary.get("best_accuracy"), run_dir=str(d))
+    # how far the curve fell from its best by the run's end: an early peak and a fall (e.g. a
+    # global model trained on something other than what is evaluated) shows up here
+    accs = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
+    rec["fall_after_best"] = max(accs) - accs[-1] if accs else None
     if budget_gib is not None:
         rec["acc_at_budget"] = acc_at_budget(rows, budget_gib)
         rec["acc_at_half_budget"] = acc_at_budget(rows, budget_gib / 2)
@@ -86,9 +91,10 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
     """Mean ± sample std over the runs of each scenario name (normally one per seed), in the
     order first seen."""
     head = ("| scenario | runs | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
-            "| worst sensor | GiB | rounds | s/round |")
+            "| worst sensor | GiB | personal (%) | rounds | best round | fall after best (pts) "
+            "| s/round |")
     lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set", "", head,
-             "|" + "---|" * 11]
+             "|" + "---|" * 14]
     for name in dict.fromkeys(r["scenario"] for r in records):
         rs = [r for r in records if r["scenario"] == name]
         col = lambda k: [r.get(k) for r in rs]  # noqa: E731
@@ -97,7 +103,9 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
             f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('acc_at_budget'))} | "
             f"{_pct(col('acc_at_half_budget'))} | {_pct(col('tier_f1'), 1.0, 3)} | "
             f"{_pct(col('worst_drop'))} | {sensors or '–'} | {_pct(col('gib_total'), 1.0, 3)} "
-            f"| {_pct(col('rounds_completed'), 1.0, 0)} | "
+            f"| {_pct(col('final_personal_accuracy'))} "
+            f"| {_pct(col('rounds_completed'), 1.0, 0)} | {_pct(col('best_round'), 1.0, 0)} "
+            f"| {_pct(col('fall_after_best'))} | "
             f"{_pct(col('wall_seconds_per_round'), 1.0, 3)} |")
     return "\n".join(lines) + "\n"
 

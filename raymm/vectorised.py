@@ -205,6 +205,9 @@ class VectorisedTrainer:
                      ) -> dict[int, DeviceOutcome]:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
+        fwd = {"use_adapter": use_adapter,
+               "split_adapter": use_adapter and bool(getattr(self.objective, "split_adapter",
+                                                             False))}
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
@@ -237,8 +240,7 @@ class VectorisedTrainer:
 
         def loss_fn(train: Params, anc: Params, frozen: Params, local: Params,
                     xb: dict[str, Tensor], y: Tensor, present: Tensor, w: Tensor) -> Tensor:
-            out = functional_call(model, {**shared, **frozen, **train}, (xb, present),
-                                  {"use_adapter": use_adapter})
+            out = functional_call(model, {**shared, **frozen, **train}, (xb, present), fwd)
             return objective.loss(LossInputs(out, y, present, held_names, train, anc, extras,
                                              rnd, local, groups=tuple(groups), weight=w))
 
