@@ -168,6 +168,7 @@ class VectorisedTrainer:
         self.fallback: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
+        self.upload = True
 
     def train(self, requests: list[Request], rnd: int, broadcast: Broadcast,
               upload: bool = True) -> dict[int, DeviceOutcome]:
@@ -179,6 +180,7 @@ class VectorisedTrainer:
         self.fallback = self.layout.flatten(self.model, list(self.layout.slots))
         self.received = broadcast.params
         self.bcast_extras = broadcast.extras
+        self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         out: dict[int, DeviceOutcome] = {}
@@ -266,7 +268,7 @@ class VectorisedTrainer:
                 params, state = self.optim.step(params, grads, state)
                 losses.append(loss.detach())
         return self._outcomes(reqs, sources, groups, params, torch.stack(losses, 1),
-                              use_adapter, grad_sum, rnd, upload)
+                              use_adapter, grad_sum, rnd)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -398,8 +400,7 @@ class VectorisedTrainer:
 
     def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
                   groups: list[str], params: Params, losses: Tensor, use_adapter: bool,
-                  grad_sum: Params | None, rnd: int, upload: bool = True
-                  ) -> dict[int, DeviceOutcome]:
+                  grad_sum: Params | None, rnd: int) -> dict[int, DeviceOutcome]:
         g = len(reqs)
         flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
@@ -424,7 +425,8 @@ class VectorisedTrainer:
                 new_state, sent = finish(DeviceFinish(
                     r.device, rnd, tuple(groups), before, updates, r.state or {},
                     dict(self.bcast_extras), steps, self.base.training.lr,
-                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {}, upload))
+                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
+                    self.upload))
                 extras = {**extras, **sent}
             out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
         return out
