@@ -7,7 +7,8 @@ a different policy there, keeping the keys of the section itself (`selection.k`)
 else stays, the sync period included: a fair comparison runs every method at the same rounds
 and the same sync period υ (`training.sync_every`).
 
-The protocol also stays when the scenario took it from its own method's preset rather than
+What a device exchanges and uploads (`training.exchange`, `training.upload`) is the other
+method's. The protocol also stays when the scenario took it from its own method's preset rather than
 writing it out (the TIDE preset's Adam 1e-3, evaluation every 10 rounds, early stopping): those
 keys (`PROTOCOL`) are copied from the scenario's preset unless the scenario or the other
 method's preset sets them.
@@ -92,6 +93,11 @@ def method_variant(raw: Mapping[str, Any], method: str,
     training = out.setdefault("training", {})
     if not isinstance(training, dict):
         raise ScenarioError([f"training: expected a mapping, got {type(training).__name__}"])
+    # what a device exchanges and uploads defines a method: the other method's, not the
+    # scenario's (the exchange is set below from the method and the sync period)
+    training.pop("exchange", None)
+    if "upload" in (target.get("training") or {}):
+        training.pop("upload", None)
     every = int(sync_every if sync_every is not None else training.get("sync_every", 1))
     exchange = (target.get("training") or {}).get("exchange", "params")
     training.pop("sync_every", None)
