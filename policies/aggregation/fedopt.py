@@ -151,14 +151,23 @@ class FedYogi(_FedOpt):
 # the weighted mean delta is the pseudo-gradient itself. One server step per sync.
 @AGGREGATORS.register("fedadagrad_delta")
 class FedAdagradDelta(FedAdagrad):
+    """FedAdagrad with periodic sync (training.exchange: delta): one step per sync on the
+    weighted mean uploaded delta."""
+
     takes_deltas = True
 
 
 @AGGREGATORS.register("fedadam_delta")
 class FedAdamDelta(FedAdam):
+    """FedAdam with periodic sync (training.exchange: delta): one step per sync on the
+    weighted mean uploaded delta."""
+
     takes_deltas = True
 
 
 @AGGREGATORS.register("fedyogi_delta")
 class FedYogiDelta(FedYogi):
+    """FedYogi with periodic sync (training.exchange: delta): one step per sync on the
+    weighted mean uploaded delta."""
+
     takes_deltas = True

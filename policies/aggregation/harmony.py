@@ -30,6 +30,9 @@ from raymm.registry import AGGREGATORS
 
 @AGGREGATORS.register("harmony")
 class HarmonyAggregation(FedAvg):
+    """FedAvg per group over its senders (one unimodal FL subsystem per sensor in stage 1);
+    single-sensor devices keep the stage-1 sensor groups from the fusion stage on."""
+
     combinable = True
 
     def __init__(self, params: object) -> None:

@@ -96,6 +96,9 @@ def nearest_prototype(spaces: dict[str, Tensor], protos: dict[str, Tensor],
 
 @OBJECTIVES.register("fedproto")
 class FedProtoObjective:
+    """Cross-entropy plus λ times the squared distance of the representation to its class's
+    global prototype; reports local prototypes; predicts also by nearest prototype."""
+
     Params = FedProtoParams
     uses_adapter = False
 

@@ -25,6 +25,9 @@ from raymm.registry import OBJECTIVES
 
 @OBJECTIVES.register("harmony")
 class HarmonyObjective:
+    """Σ over held sensors of each unimodal network's cross-entropy in the modality-wise
+    stage; cross-entropy of the fused prediction in the fusion stage."""
+
     uses_adapter = False
 
     def __init__(self, params: object) -> None:

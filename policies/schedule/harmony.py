@@ -50,6 +50,9 @@ def fusion_start(rounds: int, modality_fraction: float) -> int:
 
 @SCHEDULES.register("harmony")
 class HarmonySchedule:
+    """Modality-wise FL (every sensor's unimodal network, every device) for the first
+    `modality_fraction` of the rounds, then fusion learning among multimodal devices."""
+
     Params = HarmonyParams
 
     def __init__(self, params: HarmonyParams) -> None:
