@@ -66,3 +66,12 @@ def compute_seconds(num_samples: np.ndarray, epochs: int, flops_per_sample: floa
     """Simulated local-training time: epochs × samples × FLOPs per sample / device speed."""
     return epochs * num_samples.astype(np.float64) * flops_per_sample / (
         gflops.astype(np.float64) * 1e9)
+
+
+def forward_seconds(num_samples: np.ndarray, passes: np.ndarray | int, flops_per_sample: float,
+                    gflops: np.ndarray) -> np.ndarray:
+    """Simulated time of `passes` forward passes over each device's samples (e.g. a report of
+    per-sensor accuracies): a forward pass is taken as a third of a training step's FLOPs (the
+    backward pass costs about twice the forward)."""
+    return np.asarray(passes, np.float64) * num_samples.astype(np.float64) * (
+        flops_per_sample / 3.0) / (gflops.astype(np.float64) * 1e9)

@@ -15,13 +15,20 @@ import torch
 
 from raymm import combine, exchange
 from raymm.combine import Partials
-from raymm.accounting import compute_seconds, device_groups
+from raymm.accounting import compute_seconds, device_groups, forward_seconds
 from raymm.config import FaultSpec, ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.faults import device_crashes
 from raymm.local import LocalTrainer
-from raymm.device_eval import evaluate_device
-from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
+from raymm.device_eval import evaluate_device, unimodal_correct
+from raymm.messages import (
+    MODALITY_CORRECT,
+    Broadcast,
+    DeviceEval,
+    HostResult,
+    OnlineReport,
+    RoundPlan,
+)
 from raymm.models import LOCAL
 from raymm.policy import Objective
 from raymm.population import Population
@@ -71,6 +78,7 @@ class DeviceHost:
         self.trainer.prepare_round(plan.round, mine)
         done: list[int] = []
         outcomes = []
+        reports: dict[int, np.ndarray] = {}
         failed, errors = [], []
         for dev, crashed in zip(mine.tolist(), crash):
             if crashed:  # its update and any local-state change of this round are lost
@@ -82,6 +90,8 @@ class DeviceHost:
                                    self.spec.training.upload)
             mode = self.spec.training.exchange
             try:
+                if plan.report:
+                    reports[dev] = self._modality_report(dev, held, plan, broadcast)
                 start, state = exchange.start_vectors(mode, plan, broadcast, dev, groups,
                                                       self.device_state.get(dev, {}),
                                                       self.trainer.initial)
@@ -103,7 +113,23 @@ class DeviceHost:
             if sent is not out.updates or not plan.upload:
                 out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
             outcomes.append((list(sent), out))
-        return self._stack(np.array(done, np.int64), outcomes, failed, errors)
+        return self._stack(np.array(done, np.int64), outcomes, failed, errors, reports)
+
+    def _modality_report(self, dev: int, held: np.ndarray, plan: RoundPlan,
+                         broadcast: Broadcast) -> np.ndarray:
+        """int32 [M]: the device's correct predictions on its own training samples with only
+        sensor j present, for the held sensors the plan asks about (-1 elsewhere), with the
+        server's vectors it holds (`exchange.eval_vectors`), before it trains."""
+        tr, sensors = self.trainer, self.pop.sensors
+        which = held & np.isin(np.array(sensors), plan.report)
+        if not which.any():
+            return np.full(len(sensors), -1, np.int32)
+        idx = torch.from_numpy(self.pop.indices(dev).astype(np.int64))
+        vectors = exchange.eval_vectors(self.spec.training.exchange, broadcast, dev,
+                                        self.device_state.get(dev, {}), tr.initial)
+        return unimodal_correct(tr.model, tr.layout, vectors,
+                                {m: tr.train_x[m][idx] for m in sensors}, tr.train_y[idx],
+                                which)
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
         """This host's devices among the selected ones, in id order."""
@@ -113,7 +139,7 @@ class DeviceHost:
         return plan.selected[np.isin(plan.selected, self.ids)]
 
     def _stack(self, ids: np.ndarray, outcomes: list, failed: list[int],
-               errors: list[str]) -> HostResult:
+               errors: list[str], reports: dict[int, np.ndarray]) -> HostResult:
         updates: dict[str, list[np.ndarray]] = {}
         senders: dict[str, list[int]] = {}
         for row, (groups, out) in enumerate(outcomes):
@@ -125,10 +151,16 @@ class DeviceHost:
         rows = {g: np.stack(v) for g, v in updates.items()}
         positions = {g: np.array(v, np.int64) for g, v in senders.items()}
         partials = self._presum(ids, n, rows, positions) if self.spec.combine else {}
+        reported = {MODALITY_CORRECT: np.stack([reports[int(d)] for d in ids])} \
+            if reports and ids.size else {}
+        # a report is one forward pass per reported sensor over the device's samples
+        passes = (reported[MODALITY_CORRECT] >= 0).sum(axis=1) if reported else 0
         return HostResult(
             device_ids=ids, num_samples=n,
             compute_seconds=compute_seconds(n, self.spec.training.local_epochs,
-                                            self.trainer.flops, self.pop.gflops[ids]),
+                                            self.trainer.flops, self.pop.gflops[ids])
+            + forward_seconds(n, passes, self.trainer.flops, self.pop.gflops[ids]),
+            reports=reported,
             loss=np.array([o.loss for _, o in outcomes], dtype=np.float64),
             updates=rows, senders=positions, partials=partials,
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},

@@ -14,6 +14,10 @@ import numpy as np
 from raymm import combine
 from raymm.combine import Partials
 
+#: `HostResult.reports` entry answering `RoundPlan.report`: int32 [n, M], correct predictions
+#: on the device's own training samples with only sensor j present, -1 where not reported
+MODALITY_CORRECT = "modality_correct"
+
 
 @dataclass(frozen=True)
 class OnlineReport:
@@ -39,6 +43,10 @@ class RoundPlan:
     download: bool | np.ndarray = True
     #: periodic sync: selected devices upload only in the last round of a sync window
     upload: bool = True
+    #: sensors whose unimodal accuracy the participants report (held ones only), measured
+    #: before training on their own training samples with the server's vectors
+    #: (`MODALITY_CORRECT`); empty for most rounds and methods
+    report: tuple[str, ...] = ()
 
     def downloads(self, device: int) -> bool:
         """Whether selected `device` receives the server's vectors this round."""
@@ -112,6 +120,9 @@ class HostResult:
     #: simulator's copy of each device's own storage, so a restarted actor gets it back.
     states: dict[int, Any] = field(default_factory=dict)
     partials: dict[str, Partials] = field(default_factory=dict)
+    #: small per-device statistics the server asked for (`RoundPlan.report`): name -> [n, ...],
+    #: negative entries meaning "not reported"; counted as uplink
+    reports: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,8 @@ class UpdateBatch:
     #: group -> block partials of pre-summed senders (only for aggregators that declare
     #: `combinable`); their rows are not in `updates`
     partials: dict[str, Partials] = field(default_factory=dict)
+    #: name -> [n, ...]: what devices reported besides their updates (`HostResult.reports`)
+    reports: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -193,7 +206,8 @@ class UpdateBatch:
             updates[g], senders[g] = self.updates[g][k], new_pos[rows[k]].astype(np.int64)
         return UpdateBatch(self.device_ids[keep], self.num_samples[keep],
                            self.compute_seconds[keep], self.loss[keep], updates, senders,
-                           {k: v[keep] for k, v in self.extras.items()}, self.failed, self.errors)
+                           {k: v[keep] for k, v in self.extras.items()}, self.failed, self.errors,
+                           reports={k: v[keep] for k, v in self.reports.items()})
 
     def group_weights(self, group: str) -> np.ndarray:
         """Sample counts of the devices that sent `group`, in row order."""
@@ -233,6 +247,8 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
         senders[g], updates[g] = pos, mat
     extra_names = sorted({k for r in results for k in r.extras})
     extras = {k: cat(lambda r, k=k: r.extras[k]) for k in extra_names}
+    reports = {k: cat(lambda r, k=k: r.reports[k])
+               for k in sorted({k for r in results for k in r.reports})}
     partials = {}
     for g in sorted({g for r in results for g in r.partials}):
         parts = [(h, r.partials[g]) for h, r in enumerate(results) if g in r.partials]
@@ -246,4 +262,4 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
         device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
         compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
         updates=updates, senders=senders, extras=extras,
-        failed=failed, errors=errors, partials=partials)
+        failed=failed, errors=errors, partials=partials, reports=reports)

@@ -29,9 +29,51 @@ class SelectionContext:
     rng: np.random.Generator  # stream (seed, round, server, "selection")
 
 
+@dataclass(frozen=True)
+class EvalFeedback:
+    """The headline accuracy of an evaluation (the pooled one, or the per-device mean with
+    `eval.scope: devices`) and the run's totals at that round: what a policy that learns from
+    outcomes (TIDE's adaptive weights) is shown."""
+
+    round: int
+    accuracy: float
+    bytes_total: int
+    sim_seconds: float
+
+
+@dataclass(frozen=True)
+class ModalityReport:
+    """Per-modality accuracies that a round's participants report on their own training
+    samples, before training, with the server's vectors (asked for by a schedule's
+    `report_sensors`; see `raymm.device_eval.unimodal_correct`).
+
+    `correct[i, j]`: device i's correct predictions with only sensor j present, -1 where it was
+    not asked or does not hold j; `num_samples[i]`: the samples it evaluated.
+    """
+
+    round: int
+    device_ids: np.ndarray   # int64 [n], sorted
+    num_samples: np.ndarray  # int64 [n]
+    correct: np.ndarray      # int32 [n, M]
+
+    def accuracy(self) -> np.ndarray:
+        """float [M]: Σ correct / Σ samples over the devices that reported each sensor (every
+        sample weighs the same); NaN where nobody did."""
+        has = self.correct >= 0
+        n = (has * self.num_samples[:, None]).sum(axis=0).astype(np.float64)
+        hits = np.where(has, self.correct, 0).sum(axis=0).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, hits / np.maximum(n, 1), np.nan)
+
+
 @runtime_checkable
 class Selector(Protocol):
-    """Who trains: return at most k sorted device ids from `ctx.eligible`."""
+    """Who trains: return at most k sorted device ids from `ctx.eligible`.
+
+    Optional: `observe_evaluation(EvalFeedback)` (learn from each evaluation's outcome),
+    `round_stats() -> {name: number}` (columns of the round's row, e.g. the weights used),
+    `state_dict()` / `load_state_dict(state)` (what a checkpoint must keep).
+    """
 
     def select(self, ctx: SelectionContext) -> np.ndarray: ...
 
@@ -93,6 +135,11 @@ class Schedule(Protocol):
     Optional: `phase_span(round) -> (first, last)` (sync windows restart at each phase),
     `frozen_groups(round)` (groups read but not trained, sent once), `final_stage_start`
     (first round whose evaluations count toward early stopping: a staged method's last stage).
+    A schedule that decides as it goes (the adaptive chain) may also have
+    `begin_round(round, obs)` (called before eligibility), `report_sensors(round)` (sensors
+    the participants report their unimodal accuracy for, counted as uplink),
+    `observe(ModalityReport)`, `extras(round)` (broadcast with the model, counted as
+    downlink), `round_stats()` and `state_dict()` / `load_state_dict(state)`.
     """
 
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]: ...

@@ -23,6 +23,7 @@ from raymm.faults import stragglers
 from raymm.local import build_model
 from raymm.metrics import robustness_metrics
 from raymm.messages import (
+    MODALITY_CORRECT,
     Broadcast,
     DeviceEval,
     HostResult,
@@ -32,7 +33,15 @@ from raymm.messages import (
 )
 from raymm.models import GroupLayout
 from raymm.observations import Observations
-from raymm.policy import AggregationContext, Aggregator, Schedule, SelectionContext, Selector
+from raymm.policy import (
+    AggregationContext,
+    Aggregator,
+    EvalFeedback,
+    ModalityReport,
+    Schedule,
+    SelectionContext,
+    Selector,
+)
 from raymm.population import Population
 
 
@@ -69,6 +78,7 @@ class Server:
         # of each frozen group (a chain's earlier modalities, sent once)
         self.last_download = np.zeros(population.n, np.int64)
         self.frozen_sent: dict[str, np.ndarray] = {}
+        self._round = 0  # the last round aggregated (what a per-device evaluation belongs to)
 
     # --- one round ------------------------------------------------------------------------
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
@@ -79,6 +89,9 @@ class Server:
             ids = np.concatenate([r.device_ids for r in reports])
             self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
         sched = self.policies.schedule
+        begin = getattr(sched, "begin_round", None)
+        if begin is not None:  # a schedule that decides as it goes (the adaptive chain)
+            begin(t, self.obs)
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
         ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
                                seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
@@ -86,10 +99,20 @@ class Server:
         self._check_selection(selected, eligible)
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
+        for g in active:  # a group trained again: every frozen copy sent of it is now stale
+            self.frozen_sent.pop(g, None)
         first, upload = sync_window(t, self.sc, sched)
-        plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload)
+        report = getattr(sched, "report_sensors", None)
+        plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
+                         tuple(report(t)) if report is not None else ())
         self._last_counts = (len(online), len(eligible))
-        return plan, self._broadcast(t, self.policies.aggregator.extras(t))
+        return plan, self._broadcast(t, self._extras(t))
+
+    def _extras(self, t: int) -> dict[str, np.ndarray]:
+        """What travels with the model this round: the aggregator's extras (e.g. prototypes)
+        and the schedule's (e.g. an adaptive chain's predecessors)."""
+        more = getattr(self.policies.schedule, "extras", None)
+        return {**self.policies.aggregator.extras(t), **(more(t) if more is not None else {})}
 
     def _downloads(self, t: int, selected: np.ndarray, window_start: int) -> np.ndarray:
         """bool per selected device: it receives the vectors it trains (`exchange.downloads`)."""
@@ -122,6 +145,11 @@ class Server:
             self.params = self.policies.aggregator.aggregate(self.params, batch, ctx)
             report = getattr(self.policies.aggregator, "round_stats", None)
             agg_stats = report() if report is not None else {}
+        observe = getattr(self.policies.schedule, "observe", None)
+        if plan.report and observe is not None:
+            observe(ModalityReport(t, batch.device_ids, batch.num_samples, batch.reports.get(
+                MODALITY_CORRECT, np.full((batch.n, len(self.sensors)), -1, np.int32))))
+        self._round = t
         deadline = self.sc.faults.deadline_seconds
         round_time = float(dev_seconds.max()) if batch.n else 0.0
         if late.any() and deadline is not None:
@@ -141,8 +169,18 @@ class Server:
             "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
-            **agg_stats,
+            **agg_stats, **self._policy_stats(),
         }
+
+    def _policy_stats(self) -> dict[str, float]:
+        """Columns the selector and the schedule add to the round's row (`round_stats()`, e.g.
+        the selection weights used or the chain's phase)."""
+        out: dict[str, float] = {}
+        for policy in (self.policies.selector, self.policies.schedule):
+            stats = getattr(policy, "round_stats", None)
+            if stats is not None:
+                out.update(stats())
+        return out
 
     def _downlink(self, plan: RoundPlan) -> np.ndarray:
         """Bytes sent to each selected device: its groups and the round's extras when it
@@ -152,8 +190,7 @@ class Server:
                               4 * self.sc.model.embed_dim)
         if self.sc.training.exchange == "personal":  # parameters never travel, extras do
             down = np.zeros_like(down)
-        down = down + sum(int(v.nbytes) for v in
-                          self.policies.aggregator.extras(plan.round).values())
+        down = down + sum(int(v.nbytes) for v in self._extras(plan.round).values())
         # periodic sync between a device's downloads, or Local: nothing is sent
         down = np.where(plan.download_mask(), down, 0)
         return down + self._frozen_bytes(plan)
@@ -180,6 +217,8 @@ class Server:
             np.add.at(up, batch.sent(g), self.layout.sizes[g] * 4)
         # per-device extras, e.g. class means; an aggregator that knows which parts of them
         # carry something (FedProto: only the classes a device holds) counts them itself
+        for v in batch.reports.values():  # what the server asked for: only what was reported
+            up += (v >= 0).reshape(batch.n, -1).sum(axis=1) * v.itemsize
         counted = getattr(self.policies.aggregator, "extras_uplink_bytes", None)
         if counted is not None:
             return up + counted(batch)
@@ -211,7 +250,18 @@ class Server:
                 out[f"acc_sensor/{m}"] = ev((m,)).accuracy
         out.update(robustness_metrics(ev, self.sensors, self.tier_sensors,
                                       self.dataset.num_classes, full.accuracy))
+        if self.sc.eval.scope != "devices":  # the headline accuracy
+            self._feedback(t, full.accuracy)
         return out
+
+    def _feedback(self, t: int, accuracy: float) -> None:
+        """Show the headline accuracy of round t's evaluation to the policies that learn from
+        outcomes (`observe_evaluation`, e.g. TIDE's adaptive weights)."""
+        fb = EvalFeedback(t, float(accuracy), self.bytes_up + self.bytes_down, self.sim_seconds)
+        for policy in (self.policies.selector, self.policies.schedule, self.policies.aggregator):
+            hook = getattr(policy, "observe_evaluation", None)
+            if hook is not None:
+                hook(fb)
 
     def eval_payload(self, t: int) -> Broadcast:
         """What hosts evaluate their devices with (`eval.scope: devices`): the model, and what
@@ -220,7 +270,10 @@ class Server:
         return self._broadcast(t, more() if more is not None else {})
 
     def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
-        return device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
+        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
+        if self.sc.eval.scope == "devices":  # the headline accuracy (else: `evaluate`'s)
+            self._feedback(self._round, out["accuracy"])
+        return out
 
     # --- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -228,7 +281,15 @@ class Server:
                 "obs": self.obs.state_dict(), "aggregator": self.policies.aggregator.state_dict(),
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
                 "sim_seconds": self.sim_seconds, "last_download": self.last_download.copy(),
-                "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()}}
+                "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
+                **{k: policy.state_dict() for k, policy in self._stateful().items()}}
+
+    def _stateful(self) -> dict[str, Any]:
+        """Selector and schedule when they keep state of their own (the aggregator always
+        does): what an adaptive policy has learned must survive a resume."""
+        return {k: p for k, p in (("selector", self.policies.selector),
+                                  ("schedule", self.policies.schedule))
+                if hasattr(p, "state_dict")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.params = {g: np.asarray(v, np.float32) for g, v in state["params"].items()}
@@ -239,3 +300,6 @@ class Server:
         self.last_download = np.asarray(state["last_download"], np.int64).copy()
         self.frozen_sent = {g: np.asarray(v, bool).copy()
                             for g, v in state["frozen_sent"].items()}
+        for k, policy in self._stateful().items():
+            if k in state:
+                policy.load_state_dict(state[k])

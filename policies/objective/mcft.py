@@ -8,6 +8,9 @@ R_a: InfoNCE of the ℓ2-normalised features h̃^(m) (anchors) against h̃^(m') 
 e_b = 1 - softmax(Σ_{m'} z_b^(m'))[y_b]. Everything from frozen modalities is computed without
 gradient. The active modality is the one `sensor:<m>` group being trained; the chain is read
 from the scenario's `schedule` section, so this objective needs `schedule: modality_chain`.
+With `order: adaptive` the phase's P_m arrives with the broadcast instead, and in the order's
+probe (several sensor groups trained at once, no predecessors) the loss is Σ_m mean_b
+CE(z_b^(m), y_b): every branch learns alone, as if it were trained in a phase of its own.
 
 Every mean over samples honours `LossInputs.weight` (padding rows of a short last batch count
 nowhere and are no InfoNCE candidates), and the only Python branches are on the held sensors
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from policies.schedule.chain import preceding, resolve_chain
+from policies.schedule.chain import PRECEDING, preceding, resolve_chain
 from raymm.errors import ScenarioError
 from raymm.policy import LossInputs, contrastive_ce, sample_mean
 from raymm.registry import OBJECTIVES
@@ -62,22 +65,36 @@ class MCFTStage:
     def __init__(self, params: MCFTParams) -> None:
         self.p = params
         self.chain: tuple[str, ...] = ()
+        self.sensors: tuple[str, ...] = ()
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
         if sc.schedule.name != "modality_chain":
             raise ScenarioError([f"objective.name: mcft needs schedule modality_chain, got "
                                  f"{sc.schedule.name!r}"])
         self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
+        self.sensors = tuple(sensors)
+
+    def _preceding(self, m: str, inp: LossInputs) -> list[str]:
+        """P_m ∩ M_i: from the fixed chain, or (adaptive order) from the phase's predecessors
+        the broadcast carries. Either is fixed for a round, so branching on it is not data
+        dependent (every device of a lock-step bucket shares it)."""
+        mask = inp.extras.get(PRECEDING)
+        if mask is None:
+            return [p for p in preceding(self.chain, m) if p in inp.held]
+        return [p for p, on in zip(self.sensors, mask.tolist()) if on and p in inp.held and p != m]
 
     def loss(self, inp: LossInputs) -> Tensor:
         active = [g.partition(":")[2] for g in inp.groups if g.startswith("sensor:")]
-        if len(active) != 1:
-            raise ValueError(f"mcft trains one modality at a time, got groups {inp.groups}")
-        m = active[0]
+        if not active or len(active) != len(inp.groups):
+            raise ValueError(f"mcft trains modality branches only, got groups {inp.groups}")
         out, w = inp.out, inp.weight
+        if len(active) > 1:  # the adaptive order's probe: each branch alone, no predecessors
+            return sum((sample_mean(F.cross_entropy(out.sensor_logits[m], inp.y,
+                                                    reduction="none"), w) for m in active),
+                       torch.zeros((), device=inp.y.device))
+        m = active[0]
         ce = F.cross_entropy(out.sensor_logits[m], inp.y, reduction="none")
-        # P_m ∩ M_i is fixed per device, so this branch is not data dependent
-        prev = [p for p in preceding(self.chain, m) if p in inp.held]
+        prev = self._preceding(m, inp)
         if not prev:
             return sample_mean(ce, w)
         r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau,

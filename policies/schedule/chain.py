@@ -4,28 +4,59 @@ In the phase of modality m only devices holding m are eligible and only the grou
 (m's encoder and its classifier) is trained, sent and aggregated; every other branch stays
 frozen. Needs late fusion by summed logits (`model.fusion: sum_logits`): with a shared fusion
 layer there would be a group no phase trains.
+
+`order: adaptive` (beyond the paper, which names choosing the order as future work): the
+phase boundaries are fixed in advance, but the server picks each phase's modality when the
+phase starts, from per-modality accuracies participants report on their own training data
+(`policies.schedule.order`, docs/methods/adaptive.md). It may open with a short probe in which
+every branch trains alone, and it may revisit a modality (more phases than modalities). The
+phase's predecessors P_m (the modalities trained in earlier phases) travel to the devices with
+the broadcast (`extras()`, counted as traffic), since no device can know them in advance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.schedule.order import PROBE, UNDECIDED, AdaptiveOrder, data_share, sync_rounds
+from raymm.data import DATASETS
 from raymm.errors import ScenarioError
+from raymm.exchange import sync_window
 from raymm.models.network import sensor_group
+from raymm.observations import Observations
+from raymm.policy import ModalityReport
 from raymm.registry import SCHEDULES
+
+#: broadcast extra of an adaptive chain: float32 [M], 1 for the modalities in P of the phase
+PRECEDING = "chain_preceding"
+#: phase name of the adaptive order's opening probe
+PROBE_PHASE = "probe"
 
 
 class ChainParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     #: modality order, e.g. [audio, visual]; None = the dataset's sensor order
     chain: list[str] | None = Field(default=None, min_length=1)
-    #: rounds per phase (must add up to the run's rounds); None = an equal split, the
-    #: remainder going to the earliest phases
+    #: rounds per phase (must add up to the run's rounds, less the probe's); None = an equal
+    #: split, the remainder going to the earliest phases
     rounds: list[int] | None = Field(default=None, min_length=1)
+    #: fixed: the chain above; adaptive: the server picks each phase's modality when the phase
+    #: starts, from the per-modality accuracy participants report (docs/methods/adaptive.md)
+    order: Literal["fixed", "adaptive"] = "fixed"
+    #: adaptive: phases after the probe; more than the modalities revisits some; None = the
+    #: number of modalities + 1
+    phases: int | None = Field(default=None, ge=1)
+    #: adaptive: rounds of the opening probe, in which every branch trains alone on its own
+    #: loss (its reports rank the modalities before the first phase); None = two sync windows
+    #: (2·training.sync_every); 0 = no probe
+    probe_rounds: int | None = Field(default=None, ge=0)
+    #: adaptive: gain (the largest accuracy gain per round in a modality's latest phase,
+    #: weighted by its data share) or weakest (the lowest reported unimodal accuracy)
+    rule: Literal["gain", "weakest"] = "gain"
 
 
 def phase_lengths(total: int, phases: int) -> list[int]:
@@ -43,55 +74,153 @@ def preceding(chain: tuple[str, ...], m: str) -> tuple[str, ...]:
     return chain[:chain.index(m)]
 
 
+def probe_length(p: ChainParams, sc: Any) -> int:
+    """Rounds of the adaptive order's probe (0 for a fixed chain)."""
+    if p.order == "fixed":
+        return 0
+    if p.probe_rounds is not None:
+        return p.probe_rounds
+    return 2 * int(sc.training.sync_every)
+
+
+def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[str]:
+    """Every mistake in a chain's parameters against the run (the same checks for `raymm
+    validate` and for a run)."""
+    problems = []
+    if sc.model.fusion != "sum_logits":
+        problems.append("model.fusion: modality_chain needs sum_logits (late fusion)")
+    if p.order == "adaptive":
+        unused = [k for k in ("chain",) if getattr(p, k) is not None]
+        if unused:
+            problems.append("schedule.chain: order: adaptive picks the modalities itself; "
+                            "drop schedule.chain or set order: fixed")
+        probe = probe_length(p, sc)
+        phases = p.phases or len(sensors) + 1
+        lengths = p.rounds or phase_lengths(max(sc.rounds - probe, 0), phases)
+        if probe + phases > sc.rounds:
+            problems.append(f"schedule.phases: the probe ({probe} rounds) and {phases} phases of "
+                            f"≥ 1 round do not fit in rounds={sc.rounds}; lower "
+                            "schedule.phases or schedule.probe_rounds")
+        elif len(lengths) != phases or sum(lengths) != sc.rounds - probe or min(lengths) < 1:
+            problems.append(f"schedule.rounds: {lengths} must give every one of the {phases} "
+                            f"phases ≥ 1 round and add up to rounds - probe = {sc.rounds - probe}")
+        return problems
+    for key in ("phases", "probe_rounds"):
+        if getattr(p, key) is not None:
+            problems.append(f"schedule.{key}: only used with order: adaptive")
+    if p.rule != "gain":
+        problems.append("schedule.rule: only used with order: adaptive")
+    chain = list(resolve_chain(p.chain, sensors))
+    bad = [m for m in chain if m not in sensors]
+    if bad:
+        problems.append(f"schedule.chain: {bad} not among the dataset's sensors {sensors}")
+    if len(set(chain)) != len(chain):
+        problems.append(f"schedule.chain: repeats a modality: {chain}")
+    lengths = p.rounds or phase_lengths(sc.rounds, len(chain))
+    if len(lengths) != len(chain) or sum(lengths) != sc.rounds or min(lengths) < 1:
+        problems.append(f"schedule.rounds: {lengths} must give every one of the {len(chain)} "
+                        f"phases ≥ 1 round and add up to rounds={sc.rounds}")
+    return problems
+
+
+def dataset_sensors(sc: Any) -> tuple[str, ...] | None:
+    """The sensors of a validated scenario's dataset, without loading any data."""
+    loader = DATASETS.get(sc.dataset_name)
+    if loader is None:
+        return None
+    try:
+        return tuple(loader.sensors(loader.Params(**sc.dataset_params())))
+    except Exception:  # noqa: BLE001 - the dataset section's own check reports it
+        return None
+
+
 @SCHEDULES.register("modality_chain")
 class ModalityChain:
     Params = ChainParams
 
     def __init__(self, params: ChainParams) -> None:
         self.params = params
+        self.sensors: tuple[str, ...] = ()
         self.chain: tuple[str, ...] = tuple(params.chain or ())
         self.last = np.zeros(0, np.int64)   # last round of each phase
+        self.adaptive: AdaptiveOrder | None = None
+        self._round = 0
+
+    @staticmethod
+    def check_scenario(params: ChainParams, scenario: Any) -> list[str]:
+        sensors = dataset_sensors(scenario)
+        return [] if sensors is None else chain_problems(params, scenario, sensors)
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
-        """Resolve the chain and the phase boundaries against the run (raises ScenarioError)."""
-        chain = list(resolve_chain(self.params.chain, sensors))
-        problems = []
-        bad = [m for m in chain if m not in sensors]
-        if bad:
-            problems.append(f"schedule.chain: {bad} not among the dataset's sensors {sensors}")
-        if len(set(chain)) != len(chain):
-            problems.append(f"schedule.chain: repeats a modality: {chain}")
-        lengths = self.params.rounds or phase_lengths(sc.rounds, len(chain))
-        if len(lengths) != len(chain) or sum(lengths) != sc.rounds or min(lengths) < 1:
-            problems.append(f"schedule.rounds: {lengths} must give every one of the {len(chain)} "
-                            f"phases ≥ 1 round and add up to rounds={sc.rounds}")
-        if sc.model.fusion != "sum_logits":
-            problems.append("model.fusion: modality_chain needs sum_logits (late fusion)")
+        """Resolve the chain (or the adaptive plan) and the phase boundaries against the run
+        (raises ScenarioError)."""
+        problems = chain_problems(self.params, sc, sensors)
         if problems:
             raise ScenarioError(problems)
-        self.chain = tuple(chain)
+        self.sensors = tuple(sensors)
+        p = self.params
+        if p.order == "fixed":
+            self.chain = resolve_chain(p.chain, sensors)
+            lengths = p.rounds or phase_lengths(sc.rounds, len(self.chain))
+        else:
+            probe = probe_length(p, sc)
+            phases = p.phases or len(sensors) + 1
+            lengths = ([probe] if probe else []) + list(
+                p.rounds or phase_lengths(sc.rounds - probe, phases))
         self.last = np.cumsum(lengths).astype(np.int64)
+        if p.order == "adaptive":
+            spans = [(self.first_round(i), int(self.last[i])) for i in range(len(lengths))]
+            syncs = [sync_window(t, sc, self)[1] for t in range(1, sc.rounds + 1)]
+            self.adaptive = AdaptiveOrder(self.sensors, p.rule, spans, probe > 0,
+                                          sync_rounds(sc.rounds, syncs))
 
+    # --- the phase of a round ------------------------------------------------------------------
     def _phase(self, t: int) -> int:
-        return min(int(np.searchsorted(self.last, t)), len(self.chain) - 1)
+        return min(int(np.searchsorted(self.last, t)), len(self.last) - 1)
+
+    def first_round(self, p: int) -> int:
+        return int(self.last[p - 1]) + 1 if p else 1
+
+    def _kind(self, t: int) -> int:
+        """Sensor index of round t's modality, or PROBE / UNDECIDED (adaptive order)."""
+        if self.adaptive is None:
+            return self.sensors.index(self.chain[self._phase(t)]) if self.sensors else 0
+        return int(self.adaptive.kinds[self._phase(t)])
 
     def modality(self, t: int) -> str:
-        return self.chain[self._phase(t)]
+        if self.adaptive is None:
+            return self.chain[self._phase(t)]
+        k = self._kind(t)
+        if k == UNDECIDED:
+            raise RuntimeError(f"round {t}: the adaptive chain has not decided this phase yet "
+                               "(begin_round was not called)")
+        return PROBE_PHASE if k == PROBE else self.sensors[k]
 
     def preceding(self, m: str) -> tuple[str, ...]:
-        """P_m: the modalities before m in the chain."""
+        """P_m: the modalities before m in the (fixed) chain."""
         return preceding(self.chain, m)
 
+    def _preceding_at(self, t: int) -> tuple[str, ...]:
+        if self.adaptive is None:
+            return self.preceding(self.modality(t))
+        mask = self.adaptive.preceding(self._phase(t))
+        return tuple(m for m, on in zip(self.sensors, mask) if on)
+
+    # --- the Schedule protocol ----------------------------------------------------------------
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]:
+        if self._kind(round) == PROBE:
+            return tuple(g for g in groups if g.startswith("sensor:"))
         return (sensor_group(self.modality(round)),)
 
     def frozen_groups(self, round: int) -> tuple[str, ...]:
         """Groups the round's training reads but never changes: the earlier modalities (their
         alignment features, complementarity logits and the fused prediction)."""
-        return tuple(sensor_group(m) for m in self.preceding(self.modality(round)))
+        return tuple(sensor_group(m) for m in self._preceding_at(round))
 
     def eligible(self, round: int, sensor_mask: np.ndarray,
                  sensors: tuple[str, ...]) -> np.ndarray:
+        if self._kind(round) == PROBE:
+            return sensor_mask.any(axis=1)
         return sensor_mask[:, sensors.index(self.modality(round))].astype(bool)
 
     def phase(self, round: int) -> str:
@@ -99,4 +228,53 @@ class ModalityChain:
 
     def phase_span(self, round: int) -> tuple[int, int]:
         p = self._phase(round)
-        return (int(self.last[p - 1]) + 1 if p else 1), int(self.last[p])
+        return self.first_round(p), int(self.last[p])
+
+    # --- the adaptive order's hooks (see raymm.server) --------------------------------------
+    def begin_round(self, t: int, obs: Observations) -> None:
+        """At a phase's first round, decide its modality from what has been observed."""
+        self._round = t
+        if self.adaptive is not None:
+            self.adaptive.decide(self._phase(t), data_share(obs.sensor_mask, obs.num_samples))
+
+    def report_sensors(self, t: int) -> tuple[str, ...]:
+        """Modalities the round's participants report their unimodal accuracy for: in the
+        first round and in the last round of every phase, each modality whose server vector a
+        participant already holds (trained now, frozen, or still initial)."""
+        if self.adaptive is None or not (t == 1 or t in self.last):
+            return ()
+        p = self._phase(t)
+        ask = self.adaptive.trained(p) | self.adaptive.preceding(p) | self.adaptive.untouched(p)
+        return tuple(m for m, on in zip(self.sensors, ask) if on)
+
+    def observe(self, report: ModalityReport) -> None:
+        if self.adaptive is not None:
+            self.adaptive.observe(report.round, report.accuracy())
+
+    def extras(self, round: int) -> dict[str, np.ndarray]:
+        """The phase's predecessors, for the devices' stage loss (adaptive order only)."""
+        if self.adaptive is None:
+            return {}
+        return {PRECEDING: self.adaptive.preceding(self._phase(round)).astype(np.float32)}
+
+    def round_stats(self) -> dict[str, float]:
+        """The phase index and its modality's sensor index (-1: the probe), and at a report
+        round the accuracies the order works with."""
+        if self.adaptive is None:
+            return {}
+        t, a = self._round, self.adaptive
+        out: dict[str, float] = {"chain/phase": self._phase(t), "chain/modality": self._kind(t)}
+        if t == self.first_round(self._phase(t)):
+            for m, s in zip(self.sensors, a.scores[self._phase(t)]):
+                out[f"chain/score/{m}"] = float(s)
+        for j, m in enumerate(self.sensors):
+            out[f"chain/accuracy/{m}"] = float(a.accuracy[j])
+            out[f"chain/gain_rate/{m}"] = float(a.gain_rate[j])
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.adaptive is None else self.adaptive.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.adaptive is not None and state:
+            self.adaptive.load_state_dict(state)
