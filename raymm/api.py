@@ -26,7 +26,7 @@ from raymm.engine import PERSONAL, Executor, World, is_eval_round, run_rounds
 from raymm.errors import Interrupted, RaymmError, ResumeError
 from raymm.faults import fault_seed
 from raymm.host import HostSpec
-from raymm.metrics import RunTracker, summary_metrics
+from raymm.metrics import RunTracker, policy_summary, summary_metrics
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
@@ -207,6 +207,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     writer.write_devices(devices_table(world.population, state["obs"]))
     writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
+    if len(summary.get("phase_order", ())) > 1:
+        writer.add_text("phase_order", " → ".join(summary["phase_order"]))
     writer.write_summary(summary)
     writer.close()
     if stop.requested and last < sc.rounds:
@@ -312,6 +314,7 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
             summary[f"final_{k}"] = v
     summary.update(personal_summary(rows))
     summary.update(summary_metrics(rows, sc.eval.budget_gib))
+    summary.update(policy_summary(rows))
     if rows:  # per-round averages (traffic in bytes, simulated seconds)
         summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]
                                                          for r in rows]))

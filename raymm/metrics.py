@@ -164,3 +164,34 @@ def summary_metrics(rows: Sequence[Mapping[str, Any]], budget_gib: float | None
                 k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")):
             out[k if "/" not in k else f"best_{k}"] = v
     return out
+
+
+#: the columns adaptive selection weights log every round (`selection/<key>`)
+WEIGHT_KEYS = ("alpha", "beta", "gamma", "participation")
+
+
+def policy_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the policies chose over the run, for summary.json.
+
+    - `phase_order`: the schedule's phases in order, one name each (a chain's modalities, an
+      adaptive chain's `probe` and revisits; `chain/phase` separates two consecutive phases of
+      the same modality);
+    - with adaptive selection weights (`selection/arm`): `selection_weights`, one entry per arm
+      played, with its weights and the rounds it was used.
+    """
+    out: dict[str, Any] = {}
+    runs = [(r.get("chain/phase"), r["phase"]) for r in rows if "phase" in r]
+    if runs:
+        out["phase_order"] = [name for i, (key, name) in enumerate(runs)
+                              if i == 0 or runs[i - 1] != (key, name)]
+    arms: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if "selection/arm" not in r:
+            continue
+        arm = arms.setdefault(int(r["selection/arm"]), {
+            "arm": int(r["selection/arm"]), "rounds": 0,
+            **{k: float(r[f"selection/{k}"]) for k in WEIGHT_KEYS}})
+        arm["rounds"] += 1
+    if arms:
+        out["selection_weights"] = [arms[a] for a in sorted(arms)]
+    return out

@@ -198,6 +198,14 @@ CUSTOM_SCALARS = {
     "Selection": {
         "devices": ["Multiline", [r"devices/.*"]],
         "faults": ["Multiline", [r"faults/.*"]],
+        "adaptive score weights (selection.weights: adaptive)":
+            ["Multiline", [r"selection/(alpha|beta|gamma|participation)"]],
+    },
+    "Schedule": {
+        "adaptive chain: phase and modality (sensor index, -1 = probe)":
+            ["Multiline", [r"chain/phase", r"chain/modality"]],
+        "adaptive chain: reported unimodal accuracy": ["Multiline", [r"chain/accuracy/.*"]],
+        "adaptive chain: accuracy gain per training round": ["Multiline", [r"chain/gain_rate/.*"]],
     },
 }
 

@@ -3,16 +3,27 @@
 Everything is computed from what the server has observed (raymm.observations): simulated
 local-training times of the last 10 rounds, data sizes reported when online, and the sensor
 sets given at registration. The availability clocks are never looked at.
+
+`weights: adaptive` (beyond the paper, which fixes α, β, γ by hand): the weights, participation
+term included, are chosen online from a few candidate vectors by a discounted-UCB bandit
+(`policies.selection.bandit`), one vector per evaluation window, rewarded by the accuracy the
+window gained per GiB or per simulated second (docs/methods/adaptive.md).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+import math
+from typing import Any, Literal
 
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from policies.selection.bandit import DiscountedUCB
+from raymm.metrics import WEIGHT_KEYS
 from raymm.observations import Observations, sensor_set_sizes
-from raymm.policy import SelectionContext
+from raymm.policy import EvalFeedback, SelectionContext
 from raymm.registry import SELECTORS
+from raymm.rundir import GIB
 
 
 class TideSelectionParams(BaseModel):
@@ -22,6 +33,45 @@ class TideSelectionParams(BaseModel):
     gamma: float = Field(default=0.25, ge=0)   # tier rarity
     #: weight of r_i, the share of the last 10 rounds in which i was selected (0 = TIDE)
     participation: float = Field(default=0.0, ge=0)
+    #: fixed: the weights above; adaptive: a bandit picks one of `arms` per evaluation window,
+    #: rewarded by the accuracy the window gained per unit of `reward` (docs/methods/adaptive.md)
+    weights: Literal["fixed", "adaptive"] = "fixed"
+    #: adaptive: candidate weight vectors [alpha, beta, gamma, participation]; None = the
+    #: weights above, one vector stressing each of speed, data and rarity (0.55 against 0.15),
+    #: and the weights above with the participation term toggled (0.15 <-> 0)
+    arms: list[list[float]] | None = Field(default=None, min_length=1)
+    #: adaptive: the cost a window's accuracy gain is divided by: GiB sent both ways (gib) or
+    #: simulated seconds (seconds)
+    reward: Literal["gib", "seconds"] = "gib"
+    #: adaptive: weight of a reward one window older (1 = no forgetting)
+    discount: float = Field(default=0.9, gt=0, le=1)
+    #: adaptive: weight of the exploration bonus (0 = greedy after one try of every arm)
+    explore: float = Field(default=0.5, ge=0)
+
+    @field_validator("arms")
+    @classmethod
+    def _four_weights(cls, arms: list[list[float]] | None) -> list[list[float]] | None:
+        for i, arm in enumerate(arms or []):
+            if len(arm) != 4 or not all(math.isfinite(w) and w >= 0 for w in arm) \
+                    or sum(arm) <= 0:
+                raise ValueError(f"arm {i} is {arm}: each arm is [alpha, beta, gamma, "
+                                 "participation], four finite numbers ≥ 0, not all zero")
+        return arms
+
+    @model_validator(mode="after")
+    def _adaptive_only(self) -> TideSelectionParams:
+        if self.weights == "fixed" and self.arms is not None:
+            raise ValueError("arms are only used with weights: adaptive")
+        return self
+
+    def weight_arms(self) -> np.ndarray:
+        """float [A, 4]: the candidate [alpha, beta, gamma, participation] vectors; arm 0 is
+        the configured weights unless `arms` says otherwise."""
+        if self.arms is not None:
+            return np.array(self.arms, np.float64)
+        a, b, g, p = self.alpha, self.beta, self.gamma, self.participation
+        return np.array([[a, b, g, p], [0.55, 0.15, 0.15, p], [0.15, 0.55, 0.15, p],
+                         [0.15, 0.15, 0.55, p], [a, b, g, 0.15 if p == 0 else 0.0]])
 
 
 def tier_sizes(sensor_mask: np.ndarray) -> np.ndarray:
@@ -58,22 +108,95 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
     return np.sort(ids[order[:k]])
 
 
+def window_reward(before: float, after: float, cost: float) -> float:
+    """A window's reward: the share of the remaining error it removed, per unit of cost,
+    (after - before) / (1 - before) / cost. Gains shrink as training converges; dividing by the
+    error left makes a late window's gain comparable with an early one's, so an arm is not
+    favoured just for having been tried early (the discount does the rest)."""
+    return (after - before) / max(1.0 - before, 1e-6) / cost
+
+
+class AdaptiveWeights:
+    """TIDE's score weights chosen online: one arm (weight vector) per evaluation window, a
+    discounted-UCB bandit over the arms, rewarded by the window's accuracy gain (relative to the
+    error left, `window_reward`) per GiB or per simulated second. The first window (no accuracy to gain from yet) plays arm 0 unrewarded.
+    Deterministic: the bandit draws nothing."""
+
+    def __init__(self, arms: np.ndarray, reward: str, discount: float, explore: float) -> None:
+        self.arms, self.reward = arms, reward
+        self.bandit = DiscountedUCB(arms.shape[0], discount, explore)
+        self.arm = 0
+        self.last = np.full(3, np.nan)  # accuracy, bytes, simulated seconds at the last eval
+
+    def weights(self) -> np.ndarray:
+        return self.arms[self.arm]
+
+    def observe(self, fb: EvalFeedback) -> None:
+        """Reward the arm that played since the last evaluation, then pick the next arm."""
+        now = np.array([fb.accuracy, fb.bytes_total, fb.sim_seconds], np.float64)
+        if not np.isnan(self.last[0]):
+            cost = (now[1] - self.last[1]) / GIB if self.reward == "gib" \
+                else now[2] - self.last[2]
+            if cost > 0:
+                self.bandit.update(self.arm, window_reward(self.last[0], now[0], cost))
+        self.last = now
+        self.arm = self.bandit.choose()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "last": self.last.copy(), "bandit": self.bandit.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.arm, self.last = int(state["arm"]), np.array(state["last"], np.float64)
+        self.bandit.load_state_dict(state["bandit"])
+
+
 @SELECTORS.register("tide")
 class TideSelection:
-    """Top-K eligible devices by score (all of them if fewer than K)."""
+    """Top-K eligible devices by score (all of them if fewer than K); with `weights:
+    adaptive` the score's weights are chosen online (`AdaptiveWeights`)."""
 
     Params = TideSelectionParams
 
     def __init__(self, params: TideSelectionParams) -> None:
         self.p = params
+        self.adaptive = AdaptiveWeights(params.weight_arms(), params.reward, params.discount,
+                                        params.explore) if params.weights == "adaptive" else None
+        self._used, self._arm = self._weights(), 0
+
+    def _weights(self) -> np.ndarray:
+        if self.adaptive is not None:
+            return self.adaptive.weights()
+        p = self.p
+        return np.array([p.alpha, p.beta, p.gamma, p.participation])
 
     def select(self, ctx: SelectionContext) -> np.ndarray:
         ids = ctx.eligible
+        self._used = self._weights()
+        self._arm = self.adaptive.arm if self.adaptive is not None else 0
         if ids.shape[0] <= ctx.k:
             return ids.copy()
-        p = self.p
-        u = tide_scores(ctx.obs, ids, p.alpha, p.beta, p.gamma, p.participation)
+        a, b, g, part = (float(w) for w in self._used)
+        u = tide_scores(ctx.obs, ids, a, b, g, part)
         return top_k(ids, u, ctx.k)
+
+    # --- adaptive weights (no-ops with fixed weights) ----------------------------------------
+    def observe_evaluation(self, fb: EvalFeedback) -> None:
+        if self.adaptive is not None:
+            self.adaptive.observe(fb)
+
+    def round_stats(self) -> dict[str, float]:
+        """The weights this round's selection used (adaptive weights only)."""
+        if self.adaptive is None:
+            return {}
+        return {"selection/arm": self._arm,
+                **{f"selection/{k}": float(w) for k, w in zip(WEIGHT_KEYS, self._used)}}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.adaptive is None else self.adaptive.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.adaptive is not None and state:
+            self.adaptive.load_state_dict(state)
 
 
 class TideParticipationParams(TideSelectionParams):
