@@ -74,15 +74,6 @@ class MCFTStage:
         self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
         self.sensors = tuple(sensors)
 
-    def _preceding(self, m: str, inp: LossInputs) -> list[str]:
-        """P_m ∩ M_i: from the fixed chain, or (adaptive order) from the phase's predecessors
-        the broadcast carries. Either is fixed for a round, so branching on it is not data
-        dependent (every device of a lock-step bucket shares it)."""
-        mask = inp.extras.get(PRECEDING)
-        if mask is None:
-            return [p for p in preceding(self.chain, m) if p in inp.held]
-        return [p for p, on in zip(self.sensors, mask.tolist()) if on and p in inp.held and p != m]
-
     def loss(self, inp: LossInputs) -> Tensor:
         active = [g.partition(":")[2] for g in inp.groups if g.startswith("sensor:")]
         if not active or len(active) != len(inp.groups):
@@ -94,7 +85,11 @@ class MCFTStage:
                        torch.zeros((), device=inp.y.device))
         m = active[0]
         ce = F.cross_entropy(out.sensor_logits[m], inp.y, reduction="none")
-        prev = self._preceding(m, inp)
+        mask = inp.extras.get(PRECEDING)
+        if mask is not None:
+            return self._broadcast_stage_loss(m, ce, inp, mask)
+        # P_m ∩ M_i is fixed per device, so this branch is not data dependent
+        prev = [p for p in preceding(self.chain, m) if p in inp.held]
         if not prev:
             return sample_mean(ce, w)
         r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau,
@@ -102,3 +97,22 @@ class MCFTStage:
         e = complementarity_weights(sum(out.sensor_logits[p] for p in prev), inp.y)
         return (sample_mean(ce, w) + self.p.lambda_a * r_a
                 + self.p.lambda_c * sample_mean(e * ce, w))
+
+    def _broadcast_stage_loss(self, m: str, ce: Tensor, inp: LossInputs, mask: Tensor
+                              ) -> Tensor:
+        """The same loss with P_m given as a float mask over the sensors (adaptive order).
+        The mask is a tensor, so it weighs the terms of every other held modality instead of
+        choosing them in Python: a lock-step trainer cannot read tensor values."""
+        out, w = inp.out, inp.weight
+        others = [(j, p) for j, p in enumerate(self.sensors) if p in inp.held and p != m]
+        if not others:
+            return sample_mean(ce, w)
+        on = [mask[j] for j, _ in others]
+        count = sum(on[1:], on[0])
+        r_a = sum(o * info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau, w)
+                  for o, (_, p) in zip(on, others)) / torch.clamp(count, min=1.0)
+        e = complementarity_weights(sum(o * out.sensor_logits[p]
+                                        for o, (_, p) in zip(on, others)), inp.y)
+        gate = (count > 0).to(ce.dtype)   # 1[|P_m ∩ M_i| > 0]
+        return sample_mean(ce, w) + gate * (self.p.lambda_a * r_a
+                                            + self.p.lambda_c * sample_mean(e * ce, w))

@@ -32,6 +32,12 @@ class DiscountedUCB:
         self.played = np.zeros(arms, bool)
         self.scale = 0.0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a Ray actor unpickles numpy arrays as read-only views of the object store; this
+        # state is updated in place
+        self.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v
+                              for k, v in state.items()})
+
     def values(self) -> np.ndarray:
         """The index each arm is chosen by (+inf for an unplayed arm)."""
         n = max(float(self.counts.sum()), 1.0)

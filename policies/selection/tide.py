@@ -16,7 +16,7 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from policies.selection.bandit import DiscountedUCB
 from raymm.metrics import WEIGHT_KEYS
@@ -50,19 +50,16 @@ class TideSelectionParams(BaseModel):
 
     @field_validator("arms")
     @classmethod
-    def _four_weights(cls, arms: list[list[float]] | None) -> list[list[float]] | None:
+    def _four_weights(cls, arms: list[list[float]] | None, info: ValidationInfo
+                      ) -> list[list[float]] | None:
+        if arms is not None and info.data.get("weights") == "fixed":
+            raise ValueError("only used with weights: adaptive")
         for i, arm in enumerate(arms or []):
             if len(arm) != 4 or not all(math.isfinite(w) and w >= 0 for w in arm) \
                     or sum(arm) <= 0:
                 raise ValueError(f"arm {i} is {arm}: each arm is [alpha, beta, gamma, "
                                  "participation], four finite numbers ≥ 0, not all zero")
         return arms
-
-    @model_validator(mode="after")
-    def _adaptive_only(self) -> TideSelectionParams:
-        if self.weights == "fixed" and self.arms is not None:
-            raise ValueError("arms are only used with weights: adaptive")
-        return self
 
     def weight_arms(self) -> np.ndarray:
         """float [A, 4]: the candidate [alpha, beta, gamma, participation] vectors; arm 0 is

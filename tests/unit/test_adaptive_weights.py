@@ -1,0 +1,174 @@
+"""TIDE's adaptive selection weights (issue 16): the bandit, the reward and the selector on
+hand-made observations; bad adaptive settings (weights and chain order) fail validation."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from policies.selection.bandit import DiscountedUCB
+from policies.selection.tide import (
+    AdaptiveWeights,
+    TideSelection,
+    TideSelectionParams,
+    tide_scores,
+    top_k,
+    window_reward,
+)
+from raymm.observations import Observations
+from raymm.cli import main
+from raymm.policy import EvalFeedback, SelectionContext
+
+from helpers import REPO, tiny_scenario
+
+GIB = 1 << 30
+
+
+def test_discounted_ucb_by_hand() -> None:
+    b = DiscountedUCB(3, discount=0.5, explore=1.0)
+    assert b.choose() == 0                          # unplayed arms first, in order
+    b.update(0, 0.2)
+    assert b.choose() == 1
+    b.update(1, -0.1)
+    assert b.choose() == 2
+    b.update(2, 0.4)
+    np.testing.assert_allclose(b.counts, [0.25, 0.5, 1.0])
+    np.testing.assert_allclose(b.sums, [0.05, -0.05, 0.4])
+    assert b.scale == 0.4
+    log_n = math.log(1.75)
+    expected = [0.05 / 0.25 / 0.4 + math.sqrt(log_n / 0.25),
+                -0.05 / 0.5 / 0.4 + math.sqrt(log_n / 0.5),
+                0.4 / 1.0 / 0.4 + math.sqrt(log_n / 1.0)]
+    np.testing.assert_allclose(b.values(), expected)
+    assert b.choose() == 0                          # 1.996 > 1.748 > 0.808
+    greedy = DiscountedUCB(2, discount=1.0, explore=0.0)
+    greedy.update(0, 1.0)
+    greedy.update(1, 3.0)
+    greedy.update(0, 4.0)
+    assert greedy.choose() == 1 and greedy.values().tolist() == [2.5 / 4, 3 / 4]
+
+
+def test_window_reward_is_the_share_of_the_remaining_error_removed_per_unit_cost() -> None:
+    assert window_reward(0.5, 0.6, 0.5) == pytest.approx(0.4)    # 0.1 / 0.5 / 0.5
+    assert window_reward(0.9, 0.92, 2.0) == pytest.approx(0.1)   # 0.02 / 0.1 / 2
+    assert window_reward(0.8, 0.7, 1.0) == pytest.approx(-0.5)
+
+
+def fb(t: int, acc: float, gib: float, seconds: float = 0.0) -> EvalFeedback:
+    return EvalFeedback(t, acc, int(gib * GIB), seconds)
+
+
+def test_adaptive_weights_reward_each_window_per_gib_and_skip_free_windows() -> None:
+    w = AdaptiveWeights(np.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]), "gib", 0.9, 0.5)
+    assert w.arm == 0
+    w.observe(fb(10, 0.5, 1.0))          # the first window has no accuracy to gain from
+    assert not w.bandit.played.any() and w.arm == 0
+    w.observe(fb(20, 0.6, 2.0))          # arm 0: 0.1 / 0.5 / 1 GiB
+    assert w.bandit.sums[0] == pytest.approx(0.2) and w.arm == 1
+    w.observe(fb(30, 0.6, 2.0))          # nothing sent: no reward, arm 1 still untried
+    assert not w.bandit.played[1] and w.arm == 1
+    w.observe(fb(40, 0.7, 4.0))          # arm 1: 0.1 / 0.4 / 2 GiB
+    np.testing.assert_allclose(w.bandit.sums, [0.18, 0.125])
+    # values: 0.18/0.9/0.2 + 0.5·sqrt(log 1.9/0.9) = 1.42 against 0.625 + 0.40 = 1.03
+    assert w.arm == 0
+    again = AdaptiveWeights(w.arms, "gib", 0.9, 0.5)
+    again.load_state_dict(w.state_dict())
+    assert again.arm == 0 and again.bandit.values().tolist() == w.bandit.values().tolist()
+
+
+def test_adaptive_weights_can_pay_in_simulated_seconds() -> None:
+    w = AdaptiveWeights(np.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]), "seconds", 0.9, 0.5)
+    w.observe(fb(10, 0.5, 1.0, seconds=100.0))
+    w.observe(fb(20, 0.75, 9.0, seconds=150.0))
+    assert w.bandit.sums[0] == pytest.approx(0.5 / 50.0)
+
+
+def _obs() -> Observations:
+    mask = np.array([[1, 1], [1, 0], [1, 0], [0, 1], [0, 1], [0, 1]], bool)
+    obs = Observations.register(mask, np.zeros(6, np.int64))
+    obs.observe_online(np.arange(6), np.array([100, 20, 80, 50, 60, 10]))
+    obs.observe_trained(np.arange(6), np.array([1.0, 0.1, 3.0, 0.5, 2.0, 0.2]))
+    return obs
+
+
+def _ctx(obs: Observations, k: int = 2) -> SelectionContext:
+    ids = np.arange(6)
+    return SelectionContext(5, ids, ids, k, obs, np.random.default_rng(0))
+
+
+def test_selection_uses_the_arm_in_play_and_logs_its_weights() -> None:
+    arms = [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    sel = TideSelection(TideSelectionParams(weights="adaptive", arms=arms))
+    obs = _obs()
+    # arm 0 is speed only: the two fastest devices (0.1 s and 0.2 s)
+    np.testing.assert_array_equal(sel.select(_ctx(obs)), [1, 5])
+    assert sel.round_stats() == {"selection/arm": 0, "selection/alpha": 1.0,
+                                 "selection/beta": 0.0, "selection/gamma": 0.0,
+                                 "selection/participation": 0.0}
+    sel.observe_evaluation(fb(10, 0.5, 1.0))
+    sel.observe_evaluation(fb(20, 0.6, 2.0))       # arm 0 rewarded: arm 1 (data size) next
+    np.testing.assert_array_equal(sel.select(_ctx(obs)), [0, 2])
+    assert sel.round_stats()["selection/arm"] == 1
+
+
+def test_fixed_weights_select_exactly_as_before_and_keep_no_state() -> None:
+    sel = TideSelection(TideSelectionParams())
+    obs = _obs()
+    ids = np.arange(6)
+    expected = top_k(ids, tide_scores(obs, ids, 0.25, 0.35, 0.25), 3)
+    np.testing.assert_array_equal(sel.select(_ctx(obs, 3)), expected)
+    sel.observe_evaluation(fb(10, 0.5, 1.0))
+    assert sel.round_stats() == {} and sel.state_dict() == {}
+
+
+def test_default_arms_start_from_the_configured_weights() -> None:
+    arms = TideSelectionParams(weights="adaptive", participation=0.15).weight_arms()
+    np.testing.assert_allclose(arms, [[0.25, 0.35, 0.25, 0.15], [0.55, 0.15, 0.15, 0.15],
+                                      [0.15, 0.55, 0.15, 0.15], [0.15, 0.15, 0.55, 0.15],
+                                      [0.25, 0.35, 0.25, 0.0]])
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"weights": "adaptive", "arms": [[1, 2]]}, "four finite numbers"),
+    ({"weights": "adaptive", "arms": [[0, 0, 0, 0]]}, "not all zero"),
+    ({"weights": "adaptive", "arms": [[1, -1, 0, 0]]}, "≥ 0"),
+    ({"arms": [[1, 1, 1, 0]]}, "only used with weights: adaptive"),
+    ({"weights": "adaptive", "discount": 0}, "greater than 0"),
+    ({"weights": "bandit"}, "'fixed' or 'adaptive'"),
+])
+def test_bad_weight_settings_are_rejected_with_a_reason(params: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        TideSelectionParams(**params)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["selection.weights=adaptiv"], "selection.weights: Input should be 'fixed' or 'adaptive'"),
+    (["selection.weights=adaptive", "selection.arms=[[1,2]]"],
+     "selection.arms: Value error, arm 0 is [1.0, 2.0]"),
+    (["selection.arms=[[1,2,3,4]]"], "selection.arms: Value error, only used with weights"),
+    (["selection.weights=adaptive", "selection.reward=money"],
+     "selection.reward: Input should be 'gib' or 'seconds'"),
+    (["schedule.order=random"], "schedule.order: Input should be 'fixed' or 'adaptive'"),
+    (["schedule.order=adaptive", "schedule.chain=[dom,mid]"], "drop schedule.chain"),
+    (["schedule.order=adaptive", "schedule.probe_rounds=12"], "schedule.phases: the probe"),
+    (["schedule.rule=weakest"], "schedule.rule: only used with order: adaptive"),
+])
+def test_bad_adaptive_settings_fail_validation_with_the_field_named(
+        settings: list[str], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    if settings[0].startswith("selection"):
+        path = tmp_path / "tide.yaml"
+        path.write_text(yaml.safe_dump(tiny_scenario(method="tide",
+                                                     selection={"name": "tide", "k": 5})))
+    else:
+        path = REPO / "scenarios" / "fedmchain_synthetic.yaml"
+    args = ["validate", str(path)]
+    for s in settings:
+        args += ["--set", s]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
