@@ -71,35 +71,41 @@ def table_rows(results: dict[str, list[dict[str, Any]]], cols: list[tuple[str, s
     return out
 
 
-def markdown(rows: dict[str, dict[str, tuple[float, float]]]) -> str:
+#: columns shown as plain numbers: (format, with ± std); every other column is a share, in %
+PLAIN = {"MIR": (".2f", True), "s/round": (".2f", True), "traffic MiB": (".1f", False)}
+
+
+def markdown(rows: dict[str, dict[str, tuple[float, float]]],
+             plain: dict[str, tuple[str, bool]] = PLAIN) -> str:
     names = list(next(iter(rows.values())))
     lines = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for label, r in rows.items():
         cells = []
         for n in names:
             mean, sd = r[n]
-            if n in ("MIR", "s/round"):
-                cells.append(f"{mean:.2f} ± {sd:.2f}")
-            elif n == "traffic MiB":
-                cells.append(f"{mean:.1f}")
+            if n in plain:
+                fmt, with_std = plain[n]
+                cells.append(f"{mean:{fmt}} ± {sd:{fmt}}" if with_std else f"{mean:{fmt}}")
             else:
                 cells.append(f"{100 * mean:.1f} ± {100 * sd:.1f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def run_once(raw: dict[str, Any], out: Path) -> dict[str, Any]:
+def run_once(raw: dict[str, Any], out: Path, executor: str = "serial") -> dict[str, Any]:
     """Run `raw` unless a finished run of the same name is in `out/runs`; its summary with the
-    evaluated rows attached (for Acc@B)."""
+    evaluated rows attached (accuracy, traffic and simulated time so far: for Acc@B and time
+    to a target accuracy)."""
     done = sorted((out / "runs").glob(f"{raw['name']}-*/summary.json"))
     if done:
         run_dir = done[-1].parent
         summary = json.loads(done[-1].read_text())
     else:
-        res = run(raw, out=out / "runs", executor="serial")
+        res = run(raw, out=out / "runs", executor=executor)
         run_dir, summary = res.run_dir, dict(res.summary)
     rows = pd.read_parquet(run_dir / "rounds.parquet")
-    summary["_rows"] = rows[["accuracy", "bytes_total"]].dropna().to_dict("records")
+    summary["_rows"] = rows[["accuracy", "bytes_total", "sim_seconds_total"]].dropna(
+        subset=["accuracy"]).to_dict("records")
     summary["run_dir"] = str(run_dir)
     return summary
 

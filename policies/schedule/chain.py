@@ -50,9 +50,11 @@ class ChainParams(BaseModel):
     #: adaptive: phases after the probe; more than the modalities revisits some; None = the
     #: number of modalities + 1
     phases: int | None = Field(default=None, ge=1)
-    #: adaptive: rounds of the opening probe, in which every branch trains alone on its own
-    #: loss (its reports rank the modalities before the first phase); None = two sync windows
-    #: (2·training.sync_every); 0 = no probe
+    #: rounds of an opening probe, in which every branch trains alone on its own loss (with
+    #: order: adaptive its reports rank the modalities before the first phase); None = two
+    #: sync windows (2·training.sync_every) with order: adaptive, none with a fixed chain;
+    #: 0 = no probe. A fixed chain with a probe is the ablation that tells the order's effect
+    #: from the probe's
     probe_rounds: int | None = Field(default=None, ge=0)
     #: adaptive: gain (the largest accuracy gain per round in a modality's latest phase,
     #: weighted by its data share) or weakest (the lowest reported unimodal accuracy)
@@ -75,12 +77,11 @@ def preceding(chain: tuple[str, ...], m: str) -> tuple[str, ...]:
 
 
 def probe_length(p: ChainParams, sc: Any) -> int:
-    """Rounds of the adaptive order's probe (0 for a fixed chain)."""
-    if p.order == "fixed":
-        return 0
+    """Rounds of the opening probe (by default none for a fixed chain, two sync windows for
+    the adaptive order)."""
     if p.probe_rounds is not None:
         return p.probe_rounds
-    return 2 * int(sc.training.sync_every)
+    return 0 if p.order == "fixed" else 2 * int(sc.training.sync_every)
 
 
 def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[str]:
@@ -105,9 +106,8 @@ def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[st
             problems.append(f"schedule.rounds: {lengths} must give every one of the {phases} "
                             f"phases ≥ 1 round and add up to rounds - probe = {sc.rounds - probe}")
         return problems
-    for key in ("phases", "probe_rounds"):
-        if getattr(p, key) is not None:
-            problems.append(f"schedule.{key}: only used with order: adaptive")
+    if p.phases is not None:
+        problems.append("schedule.phases: only used with order: adaptive")
     if p.rule != "gain":
         problems.append("schedule.rule: only used with order: adaptive")
     chain = list(resolve_chain(p.chain, sensors))
@@ -116,10 +116,12 @@ def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[st
         problems.append(f"schedule.chain: {bad} not among the dataset's sensors {sensors}")
     if len(set(chain)) != len(chain):
         problems.append(f"schedule.chain: repeats a modality: {chain}")
-    lengths = p.rounds or phase_lengths(sc.rounds, len(chain))
-    if len(lengths) != len(chain) or sum(lengths) != sc.rounds or min(lengths) < 1:
+    probe = probe_length(p, sc)
+    lengths = p.rounds or phase_lengths(max(sc.rounds - probe, 0), len(chain))
+    if len(lengths) != len(chain) or sum(lengths) != sc.rounds - probe or min(lengths) < 1:
         problems.append(f"schedule.rounds: {lengths} must give every one of the {len(chain)} "
-                        f"phases ≥ 1 round and add up to rounds={sc.rounds}")
+                        f"phases ≥ 1 round and add up to rounds={sc.rounds}"
+                        + (f" less the probe's {probe}" if probe else ""))
     return problems
 
 
@@ -136,6 +138,10 @@ def dataset_sensors(sc: Any) -> tuple[str, ...] | None:
 
 @SCHEDULES.register("modality_chain")
 class ModalityChain:
+    """One modality per phase: a fixed chain, or (`order: adaptive`) the modality the server
+    picks at each phase boundary from what participants report; optionally after a probe that
+    trains every branch alone."""
+
     Params = ChainParams
 
     def __init__(self, params: ChainParams) -> None:
@@ -143,6 +149,7 @@ class ModalityChain:
         self.sensors: tuple[str, ...] = ()
         self.chain: tuple[str, ...] = tuple(params.chain or ())
         self.last = np.zeros(0, np.int64)   # last round of each phase
+        self.fixed_kinds = np.zeros(0, np.int64)   # a fixed chain's phases: PROBE or a sensor
         self.adaptive: AdaptiveOrder | None = None
         self._round = 0
 
@@ -159,14 +166,16 @@ class ModalityChain:
             raise ScenarioError(problems)
         self.sensors = tuple(sensors)
         p = self.params
+        probe = probe_length(p, sc)
         if p.order == "fixed":
             self.chain = resolve_chain(p.chain, sensors)
-            lengths = p.rounds or phase_lengths(sc.rounds, len(self.chain))
+            lengths = list(p.rounds or phase_lengths(sc.rounds - probe, len(self.chain)))
+            self.fixed_kinds = np.array([PROBE] * bool(probe) + [
+                self.sensors.index(m) for m in self.chain], np.int64)
         else:
-            probe = probe_length(p, sc)
             phases = p.phases or len(sensors) + 1
-            lengths = ([probe] if probe else []) + list(
-                p.rounds or phase_lengths(sc.rounds - probe, phases))
+            lengths = list(p.rounds or phase_lengths(sc.rounds - probe, phases))
+        lengths = [probe] * bool(probe) + lengths
         self.last = np.cumsum(lengths).astype(np.int64)
         if p.order == "adaptive":
             spans = [(self.first_round(i), int(self.last[i])) for i in range(len(lengths))]
@@ -183,13 +192,10 @@ class ModalityChain:
 
     def _kind(self, t: int) -> int:
         """Sensor index of round t's modality, or PROBE / UNDECIDED (adaptive order)."""
-        if self.adaptive is None:
-            return self.sensors.index(self.chain[self._phase(t)]) if self.sensors else 0
-        return int(self.adaptive.kinds[self._phase(t)])
+        kinds = self.fixed_kinds if self.adaptive is None else self.adaptive.kinds
+        return int(kinds[self._phase(t)])
 
     def modality(self, t: int) -> str:
-        if self.adaptive is None:
-            return self.chain[self._phase(t)]
         k = self._kind(t)
         if k == UNDECIDED:
             raise RuntimeError(f"round {t}: the adaptive chain has not decided this phase yet "
@@ -202,7 +208,7 @@ class ModalityChain:
 
     def _preceding_at(self, t: int) -> tuple[str, ...]:
         if self.adaptive is None:
-            return self.preceding(self.modality(t))
+            return () if self._kind(t) == PROBE else self.preceding(self.modality(t))
         mask = self.adaptive.preceding(self._phase(t))
         return tuple(m for m, on in zip(self.sensors, mask) if on)
 

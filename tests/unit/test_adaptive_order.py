@@ -226,3 +226,18 @@ def test_stage_loss_takes_the_predecessors_from_the_broadcast() -> None:
     inp, t = _inputs(("sensor:v",), {PRECEDING: torch.tensor([0.0, 0.0])})
     assert _stage().loss(inp).item() == pytest.approx(
         F.cross_entropy(t["logits"]["v"], t["y"]).item())
+
+
+def test_a_fixed_chain_may_open_with_the_probe_too() -> None:
+    """The ablation that tells the order's effect from the probe's: the same probe, then the
+    fixed chain; nothing is reported, nothing extra is sent."""
+    chain = ModalityChain(ModalityChain.Params(chain=["y", "x"], probe_rounds=2))
+    chain.bind(_sc(8), ("x", "y"))
+    groups = ["sensor:x", "sensor:y"]
+    assert [chain.phase(t) for t in range(1, 9)] == ["probe"] * 2 + ["y"] * 3 + ["x"] * 3
+    assert chain.active_groups(2, groups) == tuple(groups) and chain.frozen_groups(2) == ()
+    assert chain.frozen_groups(6) == ("sensor:y",)
+    assert chain.report_sensors(1) == () and chain.extras(1) == {}
+    with pytest.raises(ScenarioError, match="less the probe's 2"):
+        ModalityChain(ModalityChain.Params(rounds=[4, 4], probe_rounds=2)).bind(
+            _sc(8), ("x", "y"))
