@@ -101,22 +101,23 @@ def mean(values: list[float]) -> float:
 
 def order_verdict(rows: dict[str, dict[str, tuple[float, float]]]) -> list[str]:
     """The target: adaptive ACC ≥ the best fixed order's and > the worst's, MIR no worse than
-    the best fixed order's (ablation rows are compared with the fixed orders after a probe)."""
+    the best fixed order's. With the ablation rows, the adaptive order (with its probe) is
+    also held against the fixed orders after the same probe."""
     lines = []
-    for prefix, probe in (("fixed", False), ("probe + fixed", True)):
+    for prefix, probed_only in (("fixed", False), ("probe + fixed", True)):
         fixed = {k: v for k, v in rows.items() if k.startswith(prefix)}
         if fixed:
-            lines += _verdict(rows, fixed, probe)
+            lines += _verdict(rows, fixed, probed_only)
     return lines
 
 
 def _verdict(rows: dict[str, dict[str, tuple[float, float]]],
-             fixed: dict[str, dict[str, tuple[float, float]]], probe: bool) -> list[str]:
+             fixed: dict[str, dict[str, tuple[float, float]]], probed_only: bool) -> list[str]:
     best = max(fixed, key=lambda k: fixed[k]["ACC"][0])
     worst = min(fixed, key=lambda k: fixed[k]["ACC"][0])
     lines = []
     for label, r in rows.items():
-        if label.startswith("adaptive") and ("no probe" in label) != probe:
+        if label.startswith("adaptive") and not (probed_only and "no probe" in label):
             acc, mir = r["ACC"][0], r["MIR"][0]
             lines.append(
                 f"- {label}: ACC {100 * acc:.1f} vs best fixed {100 * fixed[best]['ACC'][0]:.1f}"
