@@ -21,14 +21,8 @@ from raymm.data.base import Dataset
 from raymm.faults import device_crashes
 from raymm.local import LocalTrainer
 from raymm.device_eval import evaluate_device, unimodal_correct
-from raymm.messages import (
-    MODALITY_CORRECT,
-    Broadcast,
-    DeviceEval,
-    HostResult,
-    OnlineReport,
-    RoundPlan,
-)
+from raymm.messages import (MODALITY_CORRECT, Broadcast, DeviceEval, HostResult, OnlineReport,
+                            RoundPlan)
 from raymm.models import LOCAL
 from raymm.policy import Objective
 from raymm.population import Population

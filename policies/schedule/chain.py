@@ -104,7 +104,8 @@ def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[st
                             "schedule.phases or schedule.probe_rounds")
         elif len(lengths) != phases or sum(lengths) != sc.rounds - probe or min(lengths) < 1:
             problems.append(f"schedule.rounds: {lengths} must give every one of the {phases} "
-                            f"phases ≥ 1 round and add up to rounds - probe = {sc.rounds - probe}")
+                            "phases ≥ 1 round and add up to rounds - probe = "
+                            f"{sc.rounds - probe}")
         return problems
     if p.phases is not None:
         problems.append("schedule.phases: only used with order: adaptive")

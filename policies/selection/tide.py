@@ -116,8 +116,8 @@ def window_reward(before: float, after: float, cost: float) -> float:
 class AdaptiveWeights:
     """TIDE's score weights chosen online: one arm (weight vector) per evaluation window, a
     discounted-UCB bandit over the arms, rewarded by the window's accuracy gain (relative to the
-    error left, `window_reward`) per GiB or per simulated second. The first window (no accuracy to gain from yet) plays arm 0 unrewarded.
-    Deterministic: the bandit draws nothing."""
+    error left, `window_reward`) per GiB or per simulated second. The first window (no accuracy
+    to gain from yet) plays arm 0 unrewarded. Deterministic: the bandit draws nothing."""
 
     def __init__(self, arms: np.ndarray, reward: str, discount: float, explore: float) -> None:
         self.arms, self.reward = arms, reward

@@ -20,7 +20,8 @@ CHAIN = REPO / "scenarios" / "fedmchain_synthetic.yaml"
 # probe rounds 1-2, then four phases of two rounds (the fourth revisits a modality)
 CHAIN_SETTINGS = ["rounds=10", "schedule.order=adaptive", "schedule.probe_rounds=2",
                   "training.sync_every=2", "eval.every=3", "output.checkpoint_every=3",
-                  "output.keep_checkpoints=5", "output.tensorboard=false", "execution.actor.num_cpus=1"]
+                  "output.keep_checkpoints=5", "output.tensorboard=false",
+                  "execution.actor.num_cpus=1"]
 
 
 def tide(**kw: object) -> dict:

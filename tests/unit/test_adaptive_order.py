@@ -241,3 +241,42 @@ def test_a_fixed_chain_may_open_with_the_probe_too() -> None:
     with pytest.raises(ScenarioError, match="less the probe's 2"):
         ModalityChain(ModalityChain.Params(rounds=[4, 4], probe_rounds=2)).bind(
             _sc(8), ("x", "y"))
+
+
+def test_traffic_of_an_adaptive_run_by_hand() -> None:
+    """Every round: a selected device receives the groups it trains, the predecessor mask, and
+    each predecessor it holds once per version (a revisited modality is sent again once it
+    changed); it sends its trained groups and, in report rounds, 4 bytes per reported sensor."""
+    from raymm.api import build_world, load_scenario
+    from raymm.serial import SerialExecutor
+
+    from helpers import REPO
+
+    sc = load_scenario(REPO / "scenarios" / "fedmchain_synthetic.yaml", [
+        "rounds=14", "schedule.order=adaptive", "schedule.probe_rounds=2", "schedule.phases=6",
+        "training.sync_every=1", "eval.every=14"])
+    world = build_world(sc)
+    ex = SerialExecutor(devices_per_host=7)
+    ex.start(world)
+    sizes, mask = ex.server.layout.sizes, world.population.sensor_mask
+    sensors = world.population.sensors
+    current: set[tuple[int, str]] = set()     # (device, group): holds the server's version
+    for t in range(1, sc.rounds + 1):
+        plan, bcast = ex.plan(t, ex.poll(t))
+        for g in plan.active_groups:
+            current -= {(d, h) for d, h in current if h == g}
+        frozen = ex.server.policies.schedule.frozen_groups(t)
+        down = up = 0
+        for d in plan.selected.tolist():
+            held = [f"sensor:{m}" for m, h in zip(sensors, mask[d]) if h]
+            down += sum(sizes[g] * 4 for g in plan.active_groups if g in held) + 4 * len(sensors)
+            for g in frozen:
+                if g in held and (d, g) not in current:
+                    current.add((d, g))
+                    down += sizes[g] * 4
+            up += sum(sizes[g] * 4 for g in plan.active_groups if g in held)
+            up += 4 * sum(1 for m, h in zip(sensors, mask[d]) if h and m in plan.report)
+        stats = ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast)))
+        assert (stats["bytes_down"], stats["bytes_up"]) == (down, up), t
+    order = [ex.server.policies.schedule.phase(t) for t in range(1, sc.rounds + 1, 2)]
+    assert len(set(order[1:])) < len(order[1:])   # six phases over three modalities revisit
