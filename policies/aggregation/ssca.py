@@ -66,18 +66,20 @@ class SSCAParams(BaseModel):
 def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
     """Rows of `deltas` [n, P] with all but exactly round(κ·P) (at least 1) coordinates set to
     zero: the largest magnitudes, and among magnitudes equal to the threshold the lowest
-    indices. O(P) per row (a partition, no sort)."""
+    indices. O(P) per row: one partition and a few passes; only a row with ties at its
+    threshold is looked at again."""
     p = deltas.shape[1]
     keep = min(p, max(1, int(round(kappa * p))))
     if keep == p:
         return deltas.copy()
     mag = np.abs(deltas)
-    thr = -np.partition(-mag, keep - 1, axis=1)[:, keep - 1:keep]
-    above = mag > thr
-    tied = mag == thr
-    room = keep - above.sum(axis=1, keepdims=True)      # tied slots left in each row
-    mask = above | (tied & (np.cumsum(tied, axis=1) <= room))
-    return np.where(mask, deltas, 0).astype(deltas.dtype)
+    thr = np.partition(mag, p - keep, axis=1)[:, p - keep:p - keep + 1]  # keep-th largest
+    mask = mag >= thr
+    for row in np.flatnonzero(mask.sum(axis=1) > keep):   # ties at the threshold
+        tied = np.flatnonzero(mag[row] == thr[row, 0])
+        room = keep - int(np.count_nonzero(mag[row] > thr[row, 0]))
+        mask[row, tied[room:]] = False
+    return np.where(mask, deltas, deltas.dtype.type(0))
 
 
 def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
@@ -85,19 +87,58 @@ def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
     return max(1, min(k, senders // min_cluster_size))
 
 
+#: columns of sign vectors multiplied at once when forming their Gram matrix (float32 sums of
+#: ±1 products stay exact integers below 2^24, so every block is exact)
+GRAM_BLOCK = 1 << 22
+
+
+def sign_gram(signs: np.ndarray) -> np.ndarray:
+    """G = S·Sᵀ [n, n] (float64, exact) of sign vectors S [n, P] with entries in {-1, 0, 1}."""
+    n, p = signs.shape
+    gram = np.zeros((n, n), np.float64)
+    for start in range(0, p, GRAM_BLOCK):
+        block = np.ascontiguousarray(signs[:, start:start + GRAM_BLOCK], dtype=np.float32)
+        gram += (block @ block.T).astype(np.float64)
+    return gram
+
+
+def gram_embedding(gram: np.ndarray) -> np.ndarray:
+    """Points X' [n, n] with X'·X'ᵀ = G: the same pairwise distances as the long vectors behind
+    G (X' = X·R for an orthogonal R), so KMeans on X' is KMeans on X."""
+    vals, vecs = np.linalg.eigh(gram)
+    return vecs * np.sqrt(np.clip(vals, 0.0, None))[None, :]
+
+
+def distinct_rows(gram: np.ndarray) -> int:
+    """How many different vectors are behind a Gram matrix (exact for sign vectors: squared
+    distances are integers)."""
+    diag = np.diag(gram)
+    same = np.abs(diag[:, None] + diag[None, :] - 2 * gram) < 0.5
+    first = same.argmax(axis=1)            # lowest index each row equals
+    return int(np.unique(first).shape[0])
+
+
 def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
     """KMeans labels [n] of sign vectors into min(k, n, #distinct rows) clusters (seeded,
-    one thread, so the same on every machine)."""
+    one thread, so the same on every machine).
+
+    KMeans depends on the points only through their distances, which the n×n Gram matrix holds
+    exactly: the long vectors are read once (a blocked S·Sᵀ), and scikit-learn's KMeans runs on
+    an n-dimensional isometric embedding, with its tolerance rescaled for the fewer features
+    (scikit-learn scales `tol` by the mean per-feature variance)."""
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
-    n = signs.shape[0]
-    k_eff = min(k, n, np.unique(signs, axis=0).shape[0])
-    if k_eff <= 1:
-        return np.zeros(n, np.int64)
+    n, p = signs.shape
     with threadpool_limits(1):
-        km = KMeans(n_clusters=k_eff, n_init=10, random_state=random_state)
-        return km.fit_predict(signs.astype(np.float64)).astype(np.int64)
+        gram = sign_gram(signs)
+        k_eff = min(k, n, distinct_rows(gram))
+        if k_eff <= 1:
+            return np.zeros(n, np.int64)
+        points = gram_embedding(gram)
+        km = KMeans(n_clusters=k_eff, n_init=10, random_state=random_state,
+                    tol=1e-4 * points.shape[1] / p)
+        return km.fit_predict(points).astype(np.int64)
 
 
 def cluster_consensus(sparse: np.ndarray, weights: np.ndarray, labels: np.ndarray

@@ -11,6 +11,9 @@ from policies.aggregation.ssca import (
     cluster_consensus,
     cluster_count,
     cluster_signs,
+    distinct_rows,
+    gram_embedding,
+    sign_gram,
     consistency,
     match_clusters,
     merge,
@@ -253,3 +256,30 @@ def test_sparsify_keeps_exactly_round_kappa(kappa: float) -> None:
     d[:, :10] = 1.0  # many ties
     kept = (sparsify(d, kappa) != 0).sum(axis=1)
     assert (kept == max(1, round(kappa * 37))).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gram_clustering_gives_the_labels_of_kmeans_on_the_long_vectors(seed: int) -> None:
+    """Unambiguous clusters (5 sign prototypes, 8% of coordinates flipped or zeroed per
+    device): the n×n Gram route labels every device exactly as scikit-learn's KMeans on the
+    full [n, P] sign vectors does with the same seed."""
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(seed)
+    protos = rng.choice([-1.0, 1.0], size=(5, 3000))
+    members = rng.integers(0, 5, 40)
+    signs = protos[members].copy()
+    noise = rng.random(signs.shape) < 0.08
+    signs[noise] = rng.choice([-1.0, 0.0, 1.0], size=int(noise.sum()))
+    ours = cluster_signs(signs, 5, random_state=seed)
+    reference = KMeans(n_clusters=5, n_init=10, random_state=seed).fit_predict(signs)
+    np.testing.assert_array_equal(ours, reference)
+
+
+def test_gram_helpers_are_exact() -> None:
+    s = np.array([[1, -1, 0, 1], [1, -1, 0, 1], [-1, 0, 1, 1]], np.float32)
+    g = sign_gram(s)
+    np.testing.assert_array_equal(g, s.astype(np.float64) @ s.T.astype(np.float64))
+    assert distinct_rows(g) == 2
+    x = gram_embedding(g)
+    np.testing.assert_allclose(x @ x.T, g, atol=1e-9)
