@@ -66,20 +66,22 @@ class SSCAParams(BaseModel):
 def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
     """Rows of `deltas` [n, P] with all but exactly round(κ·P) (at least 1) coordinates set to
     zero: the largest magnitudes, and among magnitudes equal to the threshold the lowest
-    indices. O(P) per row: one partition and a few passes; only a row with ties at its
-    threshold is looked at again."""
+    indices. O(P) per row, one [n, P] buffer reused for every pass (at millions of parameters
+    fresh pages cost more than the arithmetic); only a row with ties is looked at again."""
     p = deltas.shape[1]
     keep = min(p, max(1, int(round(kappa * p))))
     if keep == p:
         return deltas.copy()
-    mag = np.abs(deltas)
-    thr = np.partition(mag, p - keep, axis=1)[:, p - keep:p - keep + 1]  # keep-th largest
-    mask = mag >= thr
-    for row in np.flatnonzero(mask.sum(axis=1) > keep):   # ties at the threshold
-        tied = np.flatnonzero(mag[row] == thr[row, 0])
-        room = keep - int(np.count_nonzero(mag[row] > thr[row, 0]))
+    buf = np.abs(deltas)
+    buf.partition(p - keep, axis=1)                      # in place: buf's order is lost
+    thr = buf[:, p - keep:p - keep + 1].copy()           # the keep-th largest magnitude
+    np.abs(deltas, out=buf)
+    mask = buf >= thr
+    for row in np.flatnonzero(np.count_nonzero(mask, axis=1) > keep):   # ties at threshold
+        tied = np.flatnonzero(buf[row] == thr[row, 0])
+        room = keep - int(np.count_nonzero(buf[row] > thr[row, 0]))
         mask[row, tied[room:]] = False
-    return np.where(mask, deltas, deltas.dtype.type(0))
+    return np.multiply(deltas, mask, out=buf)
 
 
 def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
