@@ -6,6 +6,6 @@ Importing this package registers every policy in `raymm.registry`. Never imports
 from __future__ import annotations
 
 from policies import aggregation, objective, schedule, selection  # noqa: F401  (registers)
-from policies.presets import PRESETS
+from policies.presets import METHODS, PRESETS
 
-__all__ = ["PRESETS"]
+__all__ = ["METHODS", "PRESETS"]

@@ -95,3 +95,35 @@ PRESETS["scaffold"] = deep_merge(_PER_DEVICE, {
 PRESETS["local"] = deep_merge(_PER_DEVICE, {
     "aggregation": {"name": "fedavg"}, "schedule": {"name": "joint"},
     "objective": {"name": "ce"}, "training": {"upload": "held", "exchange": "none"}})
+
+# ------------------------------------------------------------------ baselines both papers compare
+# Harmony (MobiSys'23): modality-wise FL (each sensor's unimodal network averaged over its pod),
+# then federated fusion learning among multimodal devices; uniform random selection, as the
+# TIDE paper runs it. docs/methods/harmony.md
+PRESETS["harmony"] = {
+    "selection": {"name": "random"},
+    "aggregation": {"name": "harmony"},
+    "schedule": {"name": "harmony"},
+    "objective": {"name": "harmony"},
+    "model": {"aux_heads": True},
+    "training": {"upload": "held"},
+}
+# FedProto (AAAI'22): every device keeps its own model; only class prototypes travel; each
+# device is evaluated with its own model (and by nearest prototype). docs/methods/fedproto.md
+PRESETS["fedproto"] = {
+    "selection": {"name": "random"},
+    "aggregation": {"name": "fedproto"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "fedproto", "lam": 1.0},
+    "training": {"upload": "held", "exchange": "personal"},
+    "population": {"local_test_fraction": 0.2},
+    "eval": {"scope": "devices"},
+}
+# Adaptive server optimizers (Reddi et al., ICLR'21) on FedAvg's local training: the mean update
+# is the server's pseudo-gradient. docs/methods/fedopt.md
+for _name in ("fedadam", "fedyogi", "fedadagrad"):
+    PRESETS[_name] = deep_merge(PRESETS["fedavg"], {"aggregation": {"name": _name}})
+
+#: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
+METHODS: list[str] = ["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
+                      "fedproto", "fedadam", "fedyogi", "fedadagrad"]

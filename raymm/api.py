@@ -43,6 +43,17 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
                           else None)
 
 
+def presets() -> Mapping[str, Mapping[str, Any]]:
+    """Every named method (preset), for callers that may not import `policies` themselves."""
+    return policies.PRESETS
+
+
+def method_names() -> list[str]:
+    """The methods "every method" means (`raymm sweep --methods all`): presets minus
+    ablations."""
+    return list(policies.METHODS)
+
+
 def build_world(sc: Scenario) -> World:
     """Load data, build the population and instantiate the policies (nothing is written)."""
     dataset = load_dataset(sc.dataset_name, sc.dataset_params(), sc.seed)
@@ -155,7 +166,9 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
           user_hook: Callable[[dict[str, Any]], bool | None] | None = None) -> RunResult:
     bar = _progress(sc, progress, first - 1)
     digest = checkpoint.scenario_digest(sc.to_dict())
-    tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience)
+    # a staged method (e.g. Harmony) counts early-stopping patience in its last stage only
+    tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience,
+                         int(getattr(world.policies.schedule, "final_stage_start", 1)))
     for row in writer.rows:  # a resumed run replays its history (best so far, patience)
         tracker.update(row)
     t0 = time.perf_counter()
@@ -295,7 +308,7 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
     }
     for k, v in final.items():
         if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")) or \
-                k in ("acc_multimodal", "mir"):
+                k in ("acc_multimodal", "mir", "acc_proto"):
             summary[f"final_{k}"] = v
     summary.update(personal_summary(rows))
     summary.update(summary_metrics(rows, sc.eval.budget_gib))

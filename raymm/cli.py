@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override applied to every scenario (repeatable)")
     sw.add_argument("--out", default="sweeps", help="folder for runs/ and comparison.{parquet,md}")
     sw.add_argument("--executor", choices=["serial", "ray"], default=None)
+    sw.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                    help="run each scenario under these methods (preset names), or 'all' for "
+                         "every named method that can run on it; same data, rounds, protocol "
+                         "and sync period (raymm.variants), runs named <scenario>_<method>")
     _add_budget_args(sw)
     cmp = sub.add_parser("compare", help="compare finished runs: one table and an "
                                           "accuracy-vs-GiB plot")
@@ -132,7 +136,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.command == "sweep":
         comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
                          args.budget_gib, args.budget_from,
-                         progress=not os.environ.get("RAYMM_NO_PROGRESS"))
+                         progress=not os.environ.get("RAYMM_NO_PROGRESS"),
+                         methods=args.methods)
         print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
     else:
         from raymm.compare import find_runs

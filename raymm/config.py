@@ -173,9 +173,11 @@ class TrainingSpec(Strict):
     #: what a device keeps between rounds and exchanges with the server (see raymm.exchange):
     #: "params" downloads the server's vectors whenever selected and uploads trained vectors;
     #: "delta" keeps its own parameters, downloads at the first round of each sync window and
-    #: uploads its change at sync rounds; "none" keeps its own parameters and never communicates.
-    exchange: Literal["params", "delta", "none"] = "params"
-    #: rounds per sync window (FedMChain's υ) when exchange is "delta"
+    #: uploads its change at sync rounds; "none" keeps its own parameters and never communicates;
+    #: "personal" keeps its own parameters and exchanges only extras (e.g. FedProto's
+    #: prototypes), on the sync windows of "delta".
+    exchange: Literal["params", "delta", "none", "personal"] = "params"
+    #: rounds per sync window (FedMChain's υ) when exchange is "delta" or "personal"
     sync_every: int = Field(default=1, ge=1)
 
 

@@ -9,11 +9,14 @@ compute the same numbers from the same counts.
 - `acc_multimodal` (ACC_m): the mean over devices holding two or more sensors;
 - `acc_sensor/<m>` (ACC̄^(m)): mean over *every* device of its accuracy with only sensor m
   present, the others zeroed (as the spec says: every client, also those that lack m);
-- `mir`: max_m ACC̄^(m) / min_m ACC̄^(m) (inf when some ACC̄^(m) is 0).
+- `mir`: max_m ACC̄^(m) / min_m ACC̄^(m) (inf when some ACC̄^(m) is 0);
+- `acc_<name>`: for each other predictor the objective offers (`eval_predict`, e.g. FedProto's
+  nearest prototype, `acc_proto`), the mean over the devices it predicted for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,43 +25,60 @@ import torch.nn.functional as F
 
 from raymm.messages import DeviceEval
 from raymm.models import GroupLayout, MultimodalNet
+from raymm.models.network import ModelOutput
+
+#: an objective's `eval_predict(out, held, extras) -> {name: predictions [n]}`
+ExtraPredictor = Callable[[ModelOutput, tuple[str, ...], dict[str, torch.Tensor]],
+                          dict[str, torch.Tensor]]
 
 
 @torch.no_grad()
 def evaluate_device(model: MultimodalNet, layout: GroupLayout, vectors: dict[str, np.ndarray],
                     xs: dict[str, torch.Tensor], y: torch.Tensor, held: np.ndarray,
-                    use_adapter: bool = False) -> tuple[int, float, np.ndarray]:
-    """(correct with held sensors, summed loss, correct with each single sensor) on one device.
+                    use_adapter: bool = False, predict: ExtraPredictor | None = None,
+                    extras: dict[str, torch.Tensor] | None = None
+                    ) -> tuple[int, float, np.ndarray, dict[str, int]]:
+    """(correct with held sensors, summed loss, correct with each single sensor, correct of
+    each extra predictor with held sensors) on one device.
 
     `xs` holds every sensor's real inputs for the device's test samples; a sensor outside the
-    evaluated subset is zeroed and masked, exactly as in training.
+    evaluated subset is zeroed and masked, exactly as in training. `predict` (the objective's
+    `eval_predict`) sees the held-sensor output and the evaluation `extras`.
     """
     layout.load(model, vectors)
     model.eval()
     n = int(y.shape[0])
 
-    def logits(mask: np.ndarray) -> torch.Tensor:
+    def forward(mask: np.ndarray) -> ModelOutput:
         xb = {m: x if mask[j] else torch.zeros_like(x) for j, (m, x) in enumerate(xs.items())}
         present = torch.from_numpy(mask.astype(np.float32)).expand(n, -1)
-        return model(xb, present, use_adapter=use_adapter).logits
+        return model(xb, present, use_adapter=use_adapter)
 
-    out = logits(held)
+    full = forward(held)
+    out = full.logits
     correct = int((out.argmax(1) == y).sum())
     loss = float(F.cross_entropy(out, y, reduction="sum"))
     eye = np.eye(len(xs), dtype=bool)
-    only = np.array([int((logits(eye[j]).argmax(1) == y).sum()) for j in range(len(xs))],
-                    dtype=np.int64)
+    only = np.array([int((forward(eye[j]).logits.argmax(1) == y).sum())
+                     for j in range(len(xs))], dtype=np.int64)
+    more: dict[str, int] = {}
+    if predict is not None:
+        names = tuple(m for m, h in zip(xs, held) if h)
+        more = {k: int((p == y).sum()) for k, p in predict(full, names, extras or {}).items()}
     model.train()
-    return correct, loss, only
+    return correct, loss, only, more
 
 
 def merge_evals(parts: list[DeviceEval]) -> DeviceEval:
     ids = np.concatenate([p.device_ids for p in parts])
     o = np.argsort(ids, kind="stable")
+    names = sorted({k for p in parts for k in p.extra_correct})
+    extra = {k: np.concatenate([p.extra_correct.get(k, np.full(p.device_ids.shape, -1))
+                                for p in parts])[o].astype(np.int64) for k in names}
     return DeviceEval(ids[o], np.concatenate([p.n_test for p in parts])[o],
                       np.concatenate([p.correct for p in parts])[o],
                       np.concatenate([p.loss_sum for p in parts])[o],
-                      np.concatenate([p.correct_only for p in parts])[o])
+                      np.concatenate([p.correct_only for p in parts])[o], extra)
 
 
 def device_metrics(parts: list[DeviceEval], tier: np.ndarray,
@@ -82,6 +102,9 @@ def device_metrics(parts: list[DeviceEval], tier: np.ndarray,
     for m, a in zip(sensors, per):
         out[f"acc_sensor/{m}"] = a
     out["mir"] = modality_imbalance_ratio(per)
+    for k, c in ev.extra_correct.items():
+        has = ok & (c >= 0)
+        out[f"acc_{k}"] = _mean(c[has] / n[has])
     out["devices_evaluated"] = int(ok.sum())
     return out
 

@@ -16,6 +16,10 @@
   frozen) are always the server's vectors it is evaluated with, never a stale own copy.
 - ``none``: the Local baseline. A device trains and evaluates only its own parameters; it
   never downloads or uploads.
+- ``personal``: as ``none``, every device trains and is evaluated with its own parameters, which
+  never travel; what travels is the round's extras (e.g. FedProto's prototypes): the server's
+  are downloaded and the device's uploaded on the sync windows of ``delta`` (every round with
+  ``sync_every: 1``). The aggregator must declare ``personal = True``.
 
 A device that has no kept vector for a group uses the initial model, which every process builds
 identically from the seed (the one model every device starts from).
@@ -52,8 +56,8 @@ def sync_window(t: int, sc: Any, schedule: Any) -> tuple[int, bool]:
 def downloads(exchange: str, last_download: np.ndarray, window_start: int) -> np.ndarray:
     """bool per selected device (given the round each last received its trained groups): it
     receives them now, i.e. every round (params), never (none), or at its first selection in
-    the sync window that starts at `window_start` (delta)."""
-    if exchange != "delta":
+    the sync window that starts at `window_start` (delta; personal, where only extras travel)."""
+    if exchange not in ("delta", "personal"):
         return np.full(last_download.shape, exchange == "params")
     return last_download < window_start
 
@@ -67,7 +71,7 @@ def start_vectors(exchange: str, plan: RoundPlan, bcast: Broadcast, device: int,
     if exchange == "params":
         return {g: bcast.vector(g, device) for g in bcast.params}, state
     st = dict(state)
-    if exchange == "none":
+    if exchange in ("none", "personal"):
         return {g: st.get(PARAMS + g, v) for g, v in initial.items()}, st
     # delta: frozen groups are what the device is evaluated with; trained ones are its own
     start = {g: bcast.vector(g, device) for g in bcast.params}
@@ -88,7 +92,7 @@ def finish(exchange: str, plan: RoundPlan, trained: dict[str, np.ndarray],
     st = dict(state)
     for g, v in trained.items():
         st[PARAMS + g] = v
-    if exchange == "none" or not plan.upload:
+    if exchange in ("none", "personal") or not plan.upload:
         return {}, st
     uploads = {}
     for g, v in trained.items():
@@ -99,9 +103,9 @@ def finish(exchange: str, plan: RoundPlan, trained: dict[str, np.ndarray],
 
 def eval_vectors(exchange: str, payload: Broadcast, device: int, state: dict[str, np.ndarray],
                  initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The model a device is evaluated with: its own (Local), else the server's (its cluster's
-    model once clustered, the global/consensus vector otherwise)."""
-    if exchange == "none":
+    """The model a device is evaluated with: its own (Local, personal), else the server's (its
+    cluster's model once clustered, the global/consensus vector otherwise)."""
+    if exchange in ("none", "personal"):
         return {g: state.get(PARAMS + g, v) for g, v in initial.items()}
     return {g: payload.vector(g, device) for g in payload.params}
 
@@ -110,6 +114,11 @@ def aggregator_problems(exchange: str, aggregator: Any, name: str) -> list[str]:
     """An aggregator (class or instance) of deltas must get deltas, and one of parameters must
     get parameters."""
     takes = bool(getattr(aggregator, "takes_deltas", False))
+    personal = bool(getattr(aggregator, "personal", False))
+    if (exchange == "personal") != personal:
+        return [f"aggregation.name: {name!r} " + (
+            "exchanges no parameters: set training.exchange: personal" if personal else
+            "merges parameters, but training.exchange: personal never sends any")]
     if exchange == "delta" and not takes:
         return [f"aggregation.name: {name!r} averages parameters, but training.exchange: delta "
                 "uploads deltas; use ssca or delta_mean"]

@@ -166,6 +166,8 @@ class DeviceHost:
         """Every hosted device on its own test part, with the model it would use."""
         tr, sensors = self.trainer, self.pop.sensors
         use_adapter = bool(self.spec.objective.uses_adapter and LOCAL in tr.layout.slots)
+        predict = getattr(self.spec.objective, "eval_predict", None)
+        extras = {k: torch.from_numpy(v) for k, v in payload.extras.items()}
         rows = []
         for dev in self.ids.tolist():
             idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
@@ -176,15 +178,19 @@ class DeviceHost:
                 local = self.local_state.get(dev)
                 vectors[LOCAL] = local if local is not None else tr.initial_local
             if idx.shape[0] == 0:
-                rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64)))
+                rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64), {}))
                 continue
             xs = {m: tr.train_x[m][idx] for m in sensors}
             rows.append((idx.shape[0], *evaluate_device(tr.model, tr.layout, vectors, xs,
-                                                        tr.train_y[idx], held, use_adapter)))
+                                                        tr.train_y[idx], held, use_adapter,
+                                                        predict, extras)))
+        names = sorted({k for r in rows for k in r[4]})
         return DeviceEval(self.ids.copy(), np.array([r[0] for r in rows], np.int64),
                           np.array([r[1] for r in rows], np.int64),
                           np.array([r[2] for r in rows], np.float64),
-                          np.stack([r[3] for r in rows]).astype(np.int64))
+                          np.stack([r[3] for r in rows]).astype(np.int64),
+                          {k: np.array([r[4].get(k, -1) for r in rows], np.int64)
+                           for k in names})
 
     # --- persistence of device-local state (checkpoints, actor restarts) -------------------
     def device_snapshot(self, dev: int) -> Any:

@@ -127,6 +127,9 @@ class DeviceEval:
     correct: np.ndarray         # int64 [n], with the sensors the device holds
     loss_sum: np.ndarray        # float64 [n], summed cross-entropy with held sensors
     correct_only: np.ndarray    # int64 [n, M]
+    #: name -> int64 [n]: correct predictions of the objective's other predictors
+    #: (`eval_predict`, e.g. FedProto's nearest prototype); -1 where a device had none
+    extra_correct: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -110,12 +110,16 @@ class RunTracker:
 
     `update(row)` adds `best_accuracy`, `acc_at_budget`, `acc_at_half_budget` to evaluated rows
     (in place, before the row is logged) and returns True when the run should stop: `patience`
-    evaluations in a row without a new best accuracy.
+    evaluations in a row without a new best accuracy. Evaluations before round `patience_from`
+    (a staged method's earlier stages, whose model is not yet the one it ends with) count for
+    the best accuracy but never toward the patience.
     """
 
-    def __init__(self, budget_gib: float | None = None, patience: int | None = None) -> None:
+    def __init__(self, budget_gib: float | None = None, patience: int | None = None,
+                 patience_from: int = 1) -> None:
         self.budget_gib = budget_gib
         self.patience = patience
+        self.patience_from = patience_from
         self.best: float | None = None
         self.since_best = 0
         self.at_budget: float | None = None
@@ -127,7 +131,7 @@ class RunTracker:
             return False
         if self.best is None or acc > self.best:
             self.best, self.since_best = float(acc), 0
-        else:
+        elif row.get("round", self.patience_from) >= self.patience_from:
             self.since_best += 1
         row["best_accuracy"] = self.best
         if self.budget_gib is not None:

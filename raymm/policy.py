@@ -51,6 +51,11 @@ class Aggregator(Protocol):
     Optional: `combinable = True` when the new vectors depend on the updates only through
     `UpdateBatch.weighted_mean` (hosts may then send whole id blocks pre-summed; see
     `raymm.combine`). Without it, every sender's row arrives in `batch.updates`.
+    `takes_deltas = True`: uploads are deltas (`training.exchange: delta`). `personal = True`:
+    no parameters travel, only extras (`training.exchange: personal`, FedProto).
+    `cluster_models()`: per-device alternative models (`raymm.messages.ClusterModels`).
+    `eval_extras()`: extras per-device evaluation needs (e.g. prototypes).
+    `extras_uplink_bytes(batch)`: bytes each device's extras carry, when not their full size.
     """
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
@@ -83,7 +88,12 @@ class StatelessAggregator:
 
 @runtime_checkable
 class Schedule(Protocol):
-    """Which parameter groups are active in a round, and which devices may take part."""
+    """Which parameter groups are active in a round, and which devices may take part.
+
+    Optional: `phase_span(round) -> (first, last)` (sync windows restart at each phase),
+    `frozen_groups(round)` (groups read but not trained, sent once), `final_stage_start`
+    (first round whose evaluations count toward early stopping: a staged method's last stage).
+    """
 
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]: ...
 
@@ -180,7 +190,9 @@ class Objective(Protocol):
     `device_tensors(state, extras, layout, groups) -> dict[str, Tensor]` (tensors handed to
     every loss call as `LossInputs.local`, e.g. SCAFFOLD's control-variate correction) and
     `device_finish(DeviceFinish) -> (state updates, per-device uplink extras)` (what the device
-    keeps for later rounds, e.g. its control variate, and what it sends besides its groups).
+    keeps for later rounds, e.g. its control variate, and what it sends besides its groups),
+    `eval_predict(out, held, extras) -> {name: predictions}` (predictors besides the logits in
+    per-device evaluation, reported as `acc_<name>`, e.g. FedProto's nearest prototype).
     Optional attribute `split_adapter = True` (with `uses_adapter`): trainers ask the model for
     the adapter-free task logits plus the adapter's own detached path
     (`ModelOutput.personal_logits`, see `MultimodalNet.forward`) instead of one path through it.

@@ -54,7 +54,17 @@ def _nested(tp: Any) -> type[BaseModel] | None:
 
 
 def attr_docs(cls: type) -> dict[str, str]:
-    """`#:` comments written above class attributes, by attribute name (Sphinx style)."""
+    """`#:` comments written above class attributes, by attribute name (Sphinx style),
+    inherited ones included (a subclass that changes one default keeps the others' docs)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(inspect.getmro(cls)):
+        if klass is not cls and klass.__module__.split(".")[0] in ("raymm", "policies"):
+            docs.update(_own_attr_docs(klass))
+    docs.update(_own_attr_docs(cls))
+    return docs
+
+
+def _own_attr_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     pending: list[str] = []
     try:

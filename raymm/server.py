@@ -150,6 +150,8 @@ class Server:
         down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
                               plan.active_groups, self.sc.training.upload, self.layout.sizes,
                               4 * self.sc.model.embed_dim)
+        if self.sc.training.exchange == "personal":  # parameters never travel, extras do
+            down = np.zeros_like(down)
         down = down + sum(int(v.nbytes) for v in
                           self.policies.aggregator.extras(plan.round).values())
         # periodic sync between a device's downloads, or Local: nothing is sent
@@ -161,7 +163,7 @@ class Server:
         training on top of them (`schedule.frozen_groups`) receives each one it holds once."""
         frozen = getattr(self.policies.schedule, "frozen_groups", None)
         out = np.zeros(plan.selected.shape, np.int64)
-        if frozen is None or self.sc.training.exchange == "none":
+        if frozen is None or self.sc.training.exchange in ("none", "personal"):
             return out
         mask = self.obs.sensor_mask[plan.selected]
         for g in frozen(plan.round):
@@ -176,7 +178,12 @@ class Server:
         up = np.zeros(batch.n, np.int64)
         for g in batch.groups():
             np.add.at(up, batch.sent(g), self.layout.sizes[g] * 4)
-        for v in batch.extras.values():  # per-device extras, e.g. class means
+        # per-device extras, e.g. class means; an aggregator that knows which parts of them
+        # carry something (FedProto: only the classes a device holds) counts them itself
+        counted = getattr(self.policies.aggregator, "extras_uplink_bytes", None)
+        if counted is not None:
+            return up + counted(batch)
+        for v in batch.extras.values():
             up += int(v[0].nbytes) if batch.n else 0
         return up
 
@@ -207,8 +214,10 @@ class Server:
         return out
 
     def eval_payload(self, t: int) -> Broadcast:
-        """What hosts evaluate their devices with (`eval.scope: devices`)."""
-        return self._broadcast(t, {})
+        """What hosts evaluate their devices with (`eval.scope: devices`): the model, and what
+        the aggregator says evaluation needs besides (`eval_extras()`, e.g. prototypes)."""
+        more = getattr(self.policies.aggregator, "eval_extras", None)
+        return self._broadcast(t, more() if more is not None else {})
 
     def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
         return device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)

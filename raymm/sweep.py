@@ -126,12 +126,52 @@ def write_comparison(comp: Comparison, out: str | Path) -> tuple[Path, Path]:
     return d / "comparison.parquet", d / "comparison.md"
 
 
+def method_scenarios(path: str | Path, methods: Sequence[str],
+                     overrides: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+    """The scenario at `path` once per method (`raymm.variants.method_variant`: same data,
+    devices, rounds, protocol and sync period; the method's own policies), each named
+    `<name>_<method>` (the scenario's own method keeps its name), and notes on the methods
+    skipped. `methods` is a list of preset names or ["all"] (`raymm.api.method_names`): with
+    "all", a method that cannot run on this scenario (e.g. a chain of modalities on a fusion
+    layer) is skipped with the reason; a method named explicitly must be valid."""
+    from raymm.api import load_scenario, method_names, presets
+    from raymm.config import apply_overrides, read_yaml
+    from raymm.variants import method_variant
+
+    every = list(methods) == ["all"]
+    names = method_names() if every else list(methods)
+    table = presets()
+    unknown = [m for m in names if m not in table]
+    if unknown:
+        raise ScenarioError([f"--methods: unknown method(s) {', '.join(unknown)}; choose from: "
+                             f"all, {', '.join(sorted(table))}"])
+    base = apply_overrides(read_yaml(path), overrides)
+    out, skipped, problems = [], [], []
+    for m in names:
+        try:
+            raw = method_variant(base, m, table)
+            if m != base.get("method"):
+                raw["name"] = f"{base.get('name')}_{m}"
+            load_scenario(raw)
+        except ScenarioError as exc:
+            if not every:
+                problems += [f"{m}: {p}" for p in exc.problems]
+            skipped.append(f"{m}: {'; '.join(exc.problems)}")
+            continue
+        out.append(raw)
+    if problems or not out:
+        raise ScenarioError(problems or skipped, str(path))
+    return out, skipped
+
+
 def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
               overrides: Sequence[str] = (), out: str | Path = "sweeps",
               executor: str | None = None, budget_gib: float | None = None,
-              budget_from: str | None = None, progress: bool = False) -> Comparison:
+              budget_from: str | None = None, progress: bool = False,
+              methods: Sequence[str] | None = None) -> Comparison:
     """Run every scenario for every seed (its own seed if `seeds` is empty), one after the
-    other, under `out/runs/`, then write the comparison table under `out/`.
+    other, under `out/runs/`, then write the comparison table under `out/`. With `methods`
+    (names or ["all"]), every scenario runs under each method (`method_scenarios`).
 
     Every scenario is validated before the first run starts, so a typo in the last one does
     not cost the hours spent on the others.
@@ -139,13 +179,24 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
     from raymm.api import load_scenario, run
 
     seed_sets = [[f"seed={s}"] for s in seeds] or [[]]
+    jobs: list[Any] = []
     for path in scenarios:
+        if methods:
+            variants, skipped = method_scenarios(path, methods, overrides)
+            for note in skipped:
+                print(f"raymm sweep: skipping {note}")
+            jobs += variants
+        else:
+            jobs.append(path)
+    for job in jobs:
         for extra in seed_sets:
-            load_scenario(path, [*overrides, *extra])
+            load_scenario(job, [] if methods else [*overrides, *extra])
     run_dirs = []
-    for path in scenarios:
+    for job in jobs:
         for extra in seed_sets:
-            result = run(path, [*overrides, *extra], out=Path(out) / "runs", executor=executor,
+            # a variant already carries the overrides; seeds apply to both
+            sets = [*extra] if methods else [*overrides, *extra]
+            result = run(job, sets, out=Path(out) / "runs", executor=executor,
                          progress=progress)
             run_dirs.append(result.run_dir)
     comp = compare(run_dirs, budget_gib, budget_from)

@@ -194,9 +194,9 @@ def _check_exchange(sc: Scenario) -> list[str]:
     if sc.eval.scope in ("devices", "both") and sc.population.local_test_fraction is None:
         problems.append(f"eval.scope: {sc.eval.scope!r} needs population.local_test_fraction "
                         "(e.g. 0.2)")
-    if sc.training.sync_every > 1 and sc.training.exchange != "delta":
+    if sc.training.sync_every > 1 and sc.training.exchange not in ("delta", "personal"):
         problems.append(f"training.sync_every: {sc.training.sync_every} needs training.exchange: "
-                        f"delta (got {sc.training.exchange!r})")
+                        f"delta or personal (got {sc.training.exchange!r})")
     name = sc.aggregation.name
     if name in AGGREGATORS:  # an unknown name is reported with the policies
         problems += aggregator_problems(sc.training.exchange, AGGREGATORS.get(name), name)

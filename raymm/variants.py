@@ -3,14 +3,24 @@
 A scenario written for one method may tune that method's policies with sections that carry no
 `name` (e.g. `aggregation: {clusters: 3}` on top of the preset's SSCA). For another method those
 keys are unknown, so `method_variant` drops a nameless policy section when the other method uses
-a different policy there. Everything else stays, the sync period included: a fair comparison
-runs every method at the same rounds and the same sync period υ (`training.sync_every`).
+a different policy there, keeping the keys of the section itself (`selection.k`). Everything
+else stays, the sync period included: a fair comparison runs every method at the same rounds
+and the same sync period υ (`training.sync_every`).
 
-A method that averages parameters every round (FedAvg, FedProx, SCAFFOLD) syncs every υ rounds
-by exchanging deltas (`training.exchange: delta`) with the twin of its aggregator that adds the
-weighted mean delta (`PERIODIC_TWIN`): devices train locally between syncs and the server
-averages at syncs, as periodic averaging ("local SGD") does. With `sync_every: 1` that is the
-method as it is. Local never communicates, so the sync period means nothing to it.
+What a device exchanges and uploads (`training.exchange`, `training.upload`) is the other
+method's. The protocol also stays when the scenario took it from its own method's preset rather than
+writing it out (the TIDE preset's Adam 1e-3, evaluation every 10 rounds, early stopping): those
+keys (`PROTOCOL`) are copied from the scenario's preset unless the scenario or the other
+method's preset sets them.
+
+A method that averages parameters every round (FedAvg, FedProx, SCAFFOLD, the server
+optimizers, Harmony) syncs every υ rounds by exchanging deltas (`training.exchange: delta`) with
+the twin of its aggregator that applies the weighted mean delta (`PERIODIC_TWIN`): devices
+train locally between syncs and the server merges at syncs, as periodic averaging ("local SGD")
+does. With `sync_every: 1` that is the method as it is. FedProto (`exchange: personal`) sends
+its prototypes on the same windows. Local never communicates, so the sync period means nothing
+to it. A method without a global model (Local, FedProto) is evaluated on every device's own
+test part: a pooled evaluation (`eval.scope: pooled|both`) becomes `devices`.
 """
 
 from __future__ import annotations
@@ -25,13 +35,41 @@ from raymm.validate import POLICY_SECTIONS
 
 SECTIONS = tuple(POLICY_SECTIONS)
 DEFAULT_NAMES = {s: Scenario.model_fields[s].default.name for s in SECTIONS}
+#: keys of a policy section that belong to the section, not to its policy (kept when the
+#: policy is swapped)
+SECTION_KEYS = {s: set(type(Scenario.model_fields[s].default).model_fields) - {"name"}
+                for s in SECTIONS}
 
 #: aggregators of parameters -> the aggregator of deltas that does the same at a sync
-PERIODIC_TWIN = {"fedavg": "delta_mean", "scaffold": "scaffold_delta"}
+PERIODIC_TWIN = {"fedavg": "delta_mean", "scaffold": "scaffold_delta",
+                 "fedadam": "fedadam_delta", "fedyogi": "fedyogi_delta",
+                 "fedadagrad": "fedadagrad_delta", "harmony": "harmony_delta"}
+
+#: protocol keys a scenario may take from its method's preset: kept for every method
+PROTOCOL = {"training": ("optimizer", "lr", "momentum", "weight_decay", "local_epochs",
+                         "batch_size"),
+            "eval": ("every", "early_stop_patience")}
+
+#: exchanges without a global model (every device is evaluated with its own)
+NO_GLOBAL_MODEL = ("none", "personal")
 
 
 def _name(preset: Mapping[str, Any] | None, section: str) -> str:
     return str(((preset or {}).get(section) or {}).get("name", DEFAULT_NAMES[section]))
+
+
+def _keep_protocol(out: dict[str, Any], base: Mapping[str, Any] | None,
+                   target: Mapping[str, Any]) -> None:
+    """Copy the base preset's protocol keys the scenario left to it (in place)."""
+    for section, keys in PROTOCOL.items():
+        given = (base or {}).get(section) or {}
+        theirs = target.get(section) or {}
+        mine = out.setdefault(section, {})
+        if not isinstance(mine, dict):
+            continue  # the schema reports it
+        for k in keys:
+            if k in given and k not in mine and k not in theirs:
+                mine[k] = copy.deepcopy(given[k])
 
 
 def method_variant(raw: Mapping[str, Any], method: str,
@@ -46,14 +84,24 @@ def method_variant(raw: Mapping[str, Any], method: str,
         spec = out.get(sec)
         if isinstance(spec, Mapping) and "name" not in spec \
                 and _name(base, sec) != _name(target, sec):
-            del out[sec]
+            kept = {k: v for k, v in spec.items() if k in SECTION_KEYS[sec]}
+            if kept:
+                out[sec] = kept
+            else:
+                del out[sec]
+    _keep_protocol(out, base, target)
     training = out.setdefault("training", {})
     if not isinstance(training, dict):
         raise ScenarioError([f"training: expected a mapping, got {type(training).__name__}"])
+    # what a device exchanges and uploads defines a method: the other method's, not the
+    # scenario's (the exchange is set below from the method and the sync period)
+    training.pop("exchange", None)
+    if "upload" in (target.get("training") or {}):
+        training.pop("upload", None)
     every = int(sync_every if sync_every is not None else training.get("sync_every", 1))
     exchange = (target.get("training") or {}).get("exchange", "params")
     training.pop("sync_every", None)
-    if exchange == "delta":
+    if exchange in ("delta", "personal"):
         training["sync_every"] = every
     elif exchange == "params" and every > 1:
         agg = _name(target, "aggregation")
@@ -61,5 +109,10 @@ def method_variant(raw: Mapping[str, Any], method: str,
             raise ScenarioError([f"method {method!r}: aggregation {agg!r} has no periodic "
                                  f"form, so it cannot sync every {every} rounds"])
         training.update(exchange="delta", sync_every=every)
-        out["aggregation"] = {"name": PERIODIC_TWIN[agg]}
+        # the twin takes the preset's parameters of its aggregator (e.g. a server η)
+        out["aggregation"] = {**(target.get("aggregation") or {}), "name": PERIODIC_TWIN[agg]}
+    ev = out.get("eval")
+    if exchange in NO_GLOBAL_MODEL and isinstance(ev, dict) \
+            and ev.get("scope") in ("pooled", "both"):
+        ev["scope"] = "devices"
     return out

@@ -34,7 +34,10 @@ from raymm.rundir import GIB
 from raymm.variants import method_variant
 
 METHODS = ["fedmchain", "fedavg", "fedprox", "scaffold", "local", "fedmchain_wo_mcft",
-           "fedmchain_wo_ssca", "fedmchain_wo_ra", "fedmchain_wo_rc", "fedmchain_wo_rarc"]
+           "fedmchain_wo_ssca", "fedmchain_wo_ra", "fedmchain_wo_rc", "fedmchain_wo_rarc",
+           # the baselines of issue 15, at the same υ (server optimizers and Harmony through
+           # their periodic twins, FedProto's prototypes on the same sync windows)
+           "harmony", "fedproto", "fedadam", "fedyogi", "fedadagrad"]
 PER_ROUND = ["fedavg", "fedprox", "scaffold"]
 
 
@@ -110,6 +113,9 @@ def main() -> None:
     ap.add_argument("--per-round", action="store_true",
                     help="also run FedAvg, FedProx and SCAFFOLD at υ = 1")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--table-name", default="table",
+                    help="write <name>.md and <name>.json (default table): a run of some "
+                         "methods into a shared --out need not overwrite the full table")
     args = ap.parse_args()
     base = apply_overrides(read_yaml(args.scenario), args.overrides)
     sc = load_scenario(base)
@@ -138,8 +144,8 @@ def main() -> None:
               f"seeds {args.seeds}; Acc@B with B = {budget * 1024:.2f} MiB (FedMChain's mean "
               f"traffic)\n\n" if budget else "")
     text = header + markdown(rows)
-    (out / "table.md").write_text(text)
-    (out / "table.json").write_text(json.dumps(
+    (out / f"{args.table_name}.md").write_text(text)
+    (out / f"{args.table_name}.json").write_text(json.dumps(
         {"budget_gib": budget, "rows": rows,
          "runs": {k: [{kk: vv for kk, vv in s.items() if kk != "_rows"} for s in v]
                   for k, v in results.items()}}, indent=1))

@@ -1,3 +1,3 @@
 """Local objectives (the loss a selected device minimises)."""
 
-from policies.objective import ce, mcft, scaffold, tide  # noqa: F401
+from policies.objective import ce, fedproto, harmony, mcft, scaffold, tide  # noqa: F401

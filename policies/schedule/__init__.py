@@ -1,3 +1,3 @@
 """Schedules (which parameter groups are active each round)."""
 
-from policies.schedule import chain, joint  # noqa: F401
+from policies.schedule import chain, harmony, joint  # noqa: F401

@@ -142,7 +142,8 @@ def test_fedmchain_run_reports_device_metrics(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "scaffold", "local",
                                     "fedmchain_wo_mcft", "fedmchain_wo_ssca", "fedmchain_wo_ra",
-                                    "fedmchain_wo_rc", "fedmchain_wo_rarc"])
+                                    "fedmchain_wo_rc", "fedmchain_wo_rarc", "harmony",
+                                    "fedproto", "fedadam", "fedyogi", "fedadagrad"])
 def test_every_baseline_and_ablation_runs_on_the_same_scenario(method: str,
                                                                tmp_path: Path) -> None:
     raw = method_variant(read_yaml(SCENARIO), method, policies.PRESETS)
