@@ -40,6 +40,8 @@ class HostSpec:
     #: send whole id blocks pre-summed (`raymm.combine`): the aggregator needs only weighted
     #: sums and no deadline may drop devices after the fact
     combine: bool = False
+    #: `execution.device`: where this host's devices train (raymm.torch_device)
+    device: str = "auto"
 
 
 class DeviceHost:
