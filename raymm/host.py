@@ -100,6 +100,8 @@ class DeviceHost:
                 self.local_state[dev] = out.local
             if state:
                 self.device_state[dev] = state
+            else:
+                self.device_state.pop(dev, None)
             done.append(dev)
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:
