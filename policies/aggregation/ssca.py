@@ -202,34 +202,60 @@ class SSCAStep:
     mu: np.ndarray
 
 
+#: columns per chunk of the per-coordinate steps 3-6 (consensus, ρ/µ/d, merge, model update):
+#: every one of them works coordinate by coordinate, so chunking bounds their float64
+#: temporaries to [n, COLUMN_BLOCK] (instead of several [n, P] at ResNet size) without
+#: changing a single value
+COLUMN_BLOCK = 1 << 18
+
+
+def sign_rows(x: np.ndarray) -> np.ndarray:
+    """sign(x) as int8 [n, P], formed block by block (a float sign array is 4x the size)."""
+    out = np.empty(x.shape, np.int8)
+    for start in range(0, x.shape[1], GRAM_BLOCK):
+        out[:, start:start + GRAM_BLOCK] = np.sign(x[:, start:start + GRAM_BLOCK])
+    return out
+
+
 def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
               previous: np.ndarray, p: SSCAParams, random_state: int,
-              bases: np.ndarray | None = None) -> SSCAStep:
+              bases: np.ndarray | None = None,
+              base_rows: tuple[np.ndarray, np.ndarray] | None = None) -> SSCAStep:
     """One SSCA aggregation of one group: steps 1-6 above.
 
-    `previous[i]` is the model index sender i trained from (used to match clusters) and
-    `bases[i]` the vector its delta was computed against (default: `models[previous[i]]`)."""
+    `previous[i]` is the model index sender i trained from (used to match clusters). The vector
+    sender i's delta was computed against is `bases[i]`, or `table[index[i]]` given
+    `base_rows = (table, index)` (no [n, P] copy of the bases), by default
+    `models[previous[i]]`."""
     sparse = sparsify(deltas, p.kappa)
     k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
-    labels = cluster_signs(np.sign(sparse), k, random_state)
-    cons, alpha = cluster_consensus(sparse, weights, labels)
-    rho, mu, d = consistency(cons, p.pi, p.eps)
-    _, per_cluster = merge(cons, alpha, mu, d, p.eps)
+    labels = cluster_signs(sign_rows(sparse), k, random_state)
     target = match_clusters(labels, previous, models.shape[0])
-    new = models.astype(np.float64)
-    if bases is None:
-        bases = models[np.maximum(previous, 0)]
+    if base_rows is None:
+        base_rows = ((bases, np.arange(deltas.shape[0])) if bases is not None
+                     else (models, np.maximum(previous, 0)))
+    table, index = base_rows
     w = np.asarray(weights, np.float64)
-    for c, m in enumerate(target):
-        if p.bases == "coherent":
-            members = labels == c
-            base = (bases[members].astype(np.float64) * w[members, None]).sum(axis=0) / alpha[c]
-        else:
-            base = new[m]
-        new[m] = base + p.lambda_merge * per_cluster[c]
+    new = models.astype(np.float32)
+    rho = np.empty(deltas.shape[1], np.float64)
+    mu = np.empty(deltas.shape[1], bool)
+    alpha = np.zeros(0)
+    for start in range(0, deltas.shape[1], COLUMN_BLOCK):
+        cols = slice(start, start + COLUMN_BLOCK)
+        cons, alpha = cluster_consensus(sparse[:, cols], weights, labels)
+        rho[cols], mu[cols], d = consistency(cons, p.pi, p.eps)
+        _, per_cluster = merge(cons, alpha, mu[cols], d, p.eps)
+        for c, m in enumerate(target):
+            if p.bases == "coherent":
+                members = labels == c
+                base = (table[index[members], cols].astype(np.float64)
+                        * w[members, None]).sum(axis=0) / alpha[c]
+            else:
+                base = models[m, cols].astype(np.float64)
+            new[m, cols] = base + p.lambda_merge * per_cluster[c]
     model_alpha = np.zeros(models.shape[0], np.float64)
     model_alpha[target] = alpha
-    return SSCAStep(new.astype(np.float32), target[labels], labels, model_alpha, rho, mu)
+    return SSCAStep(new, target[labels], labels, model_alpha, rho, mu)
 
 
 # ------------------------------------------------------------------ the aggregator
@@ -268,12 +294,13 @@ class SSCA:
             # what each sender trained from: its cluster's model, or the consensus (the global
             # vector) before it was ever clustered; the latter match no model index (-1)
             previous = np.where(seen, self.assignment[g][ids], -1)
-            bases = np.where(seen[:, None], self.models[g][self.assignment[g][ids]],
-                             params[g][None, :])
+            # base rows: the K models, then the global vector (index K)
+            table = np.concatenate([self.models[g], params[g][None, :]])
+            base_index = np.where(seen, self.assignment[g][ids], self.p.clusters)
             rs = int(seeding.rng(ctx.seed, ctx.round, seeding.SERVER, f"ssca/{g}")
                      .integers(2**31 - 1))
             step = ssca_step(deltas, batch.group_weights(g), self.models[g], previous, self.p,
-                             rs, bases)
+                             rs, base_rows=(table, base_index))
             self._record(step, previous)
             self.models[g], self.alpha[g] = step.models, step.alpha
             assignment, clustered = self.assignment[g].copy(), self.clustered[g].copy()
