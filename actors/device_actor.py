@@ -19,12 +19,12 @@ import numpy as np
 import ray
 import torch
 
-from actors.packing import choose_torch_device
 from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
+from raymm.torch_device import choose_torch_device
 from raymm.vectorised import make_host
 
 
@@ -38,7 +38,8 @@ class DeviceActor:
         pop: Population = ray.get(population[0])
         data: Dataset = ray.get(dataset[0])
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-        self.device, why = choose_torch_device(self.gpu_ids, torch.cuda.is_available())
+        self.device, why = choose_torch_device(spec.device, torch.cuda.is_available(),
+                                               self.gpu_ids)
         if why:
             logging.getLogger("raymm.actors").warning(why)
         self.host = make_host(device_ids, pop, data, spec, self.device)

@@ -60,18 +60,3 @@ def _fail(n_actors: int, actor: ActorSpec, resources: Mapping[str, float]) -> No
     raise ResourceError(
         f"execution: {n_actors} DeviceActor(s) need {need} but the cluster has {have}; "
         "raise devices_per_actor (or use auto), lower execution.actor resources, or add nodes")
-
-
-def choose_torch_device(gpu_ids: list[str], cuda_available: bool) -> tuple[str, str | None]:
-    """The torch device a DeviceActor trains on, and why it is not the GPU it was given.
-
-    Ray hands an actor GPU ids (and sets CUDA_VISIBLE_DEVICES) even when torch cannot use them:
-    a CPU-only torch build, or fake GPUs declared with `ray start --num-gpus` for tests. Then
-    the actor trains on CPU and says so, instead of failing.
-    """
-    if not gpu_ids:
-        return "cpu", None
-    if not cuda_available:
-        return "cpu", (f"Ray assigned GPU(s) {', '.join(gpu_ids)} but torch sees no CUDA device; "
-                       "training on CPU")
-    return "cuda", None

@@ -71,7 +71,8 @@ def build_world(sc: Scenario) -> World:
     combinable = bool(getattr(pol.aggregator, "combinable", False))
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),
-                         combine=combinable and sc.faults.deadline_seconds is None)
+                         combine=combinable and sc.faults.deadline_seconds is None,
+                         device=sc.execution.device)
     return World(sc, dataset, population, pol, host_spec)
 
 

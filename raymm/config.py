@@ -126,10 +126,12 @@ class ModelSpec(Strict):
 
     #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for
     #: images; identity passes the flattened input on as the embedding (no parameters: with
-    #: one sensor, fusion + head is the plain MLP of the standard benchmark workload)
-    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d", "identity"] = "auto"
+    #: one sensor, fusion + head is the plain MLP of the standard benchmark workload);
+    #: resnet18 = torchvision's ResNet-18 with GroupNorm, for [H, W] (one channel:
+    #: spectrograms) or [C, H, W] inputs (11.2M parameters per sensor)
+    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d", "resnet18", "identity"] = "auto"
     #: per-sensor encoder kind, overriding `encoder`
-    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d", "identity"]] = Field(
+    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d", "resnet18", "identity"]] = Field(
         default_factory=dict)
     #: embedding size of each sensor encoder
     embed_dim: int = Field(default=32, ge=1)
@@ -220,6 +222,10 @@ class ExecutionSpec(Strict):
     address: str | None = None
     #: CPUs of the embedded local Ray (None: all of this machine's).
     local_num_cpus: int | None = Field(default=None, ge=1)
+    #: where devices train: auto = a GPU when there is one (the serial executor: when torch sees
+    #: CUDA; a DeviceActor: when Ray gave it a GPU that torch can use), cpu = always the CPU,
+    #: cuda = a GPU or a clear error (DeviceActors then need `actor.num_gpus` > 0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 class EvalSpec(Strict):

@@ -4,7 +4,8 @@
 
 - ``params`` (default): a selected device loads the server's vectors (its cluster's model when
   the broadcast carries cluster models), trains, and uploads its trained vectors. Nothing is kept.
-- ``delta``: a device keeps its own parameters across rounds (state ``params/<g>``). Training is
+- ``delta``: a device keeps its own parameters across the rounds of a sync window (state
+  ``params/<g>``, dropped once the window's training is sent or a new window starts). Training is
   split into sync windows of ``training.sync_every`` rounds (restarting at every schedule phase);
   at its first selection in a window a device downloads the server's vector of the groups it
   trains (its base, state ``base/<g>``), and if selected in the last round (a sync) it uploads
@@ -75,11 +76,15 @@ def start_vectors(exchange: str, plan: RoundPlan, bcast: Broadcast, device: int,
         return {g: st.get(PARAMS + g, v) for g, v in initial.items()}, st
     # delta: frozen groups are what the device is evaluated with; trained ones are its own
     start = {g: bcast.vector(g, device) for g in bcast.params}
-    download = plan.downloads(device)
+    if plan.downloads(device):
+        # a new sync window: whatever an earlier window left (own parameters and bases of
+        # this or of an earlier phase's groups) is never read again
+        st = {k: v for k, v in st.items() if not k.startswith((PARAMS, BASE))}
+        for g in trained:
+            start[g] = st[BASE + g] = bcast.vector(g, device)
+        return start, st
     for g in trained:
         start[g] = st.get(PARAMS + g, initial[g])
-        if download:
-            start[g] = st[BASE + g] = bcast.vector(g, device)
     return start, st
 
 
@@ -97,7 +102,11 @@ def finish(exchange: str, plan: RoundPlan, trained: dict[str, np.ndarray],
     uploads = {}
     for g, v in trained.items():
         uploads[g] = (v - st.get(BASE + g, initial[g])).astype(np.float32)
-        st[BASE + g] = v
+        # synced: the device downloads at its next selection (a new window), so neither its
+        # parameters nor their base are read again; dropping them bounds what devices keep
+        # to the devices inside the current window
+        del st[PARAMS + g]
+        st.pop(BASE + g, None)
     return uploads, st
 
 

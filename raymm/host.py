@@ -41,6 +41,8 @@ class HostSpec:
     #: send whole id blocks pre-summed (`raymm.combine`): the aggregator needs only weighted
     #: sums and no deadline may drop devices after the fact
     combine: bool = False
+    #: `execution.device`: where this host's devices train (raymm.torch_device)
+    device: str = "auto"
 
 
 class DeviceHost:
@@ -102,6 +104,8 @@ class DeviceHost:
                 self.local_state[dev] = out.local
             if state:
                 self.device_state[dev] = state
+            else:
+                self.device_state.pop(dev, None)
             done.append(dev)
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:

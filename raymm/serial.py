@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from raymm.engine import Trained, World
 from raymm.faults import host_kills
 from raymm.messages import Broadcast, OnlineReport, RoundPlan
 from raymm.server import Server
+from raymm.torch_device import choose_torch_device
 from raymm.vectorised import make_host
 
 
@@ -33,7 +35,8 @@ class SerialExecutor:
         per = self.devices_per_host or n
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
-        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec)
+        device, _ = choose_torch_device(world.host_spec.device, torch.cuda.is_available())
+        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec, device)
                       for ids in pack_devices(n, per)]
 
     def poll(self, t: int) -> list[OnlineReport]:

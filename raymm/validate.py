@@ -48,6 +48,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems += _check_population(sc)
         problems += _check_exchange(sc)
         problems += _check_dataset_rules(sc)
+        problems += _check_execution(sc)
     if problems:
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
@@ -63,6 +64,15 @@ def _check_k(selection: Any, population: Mapping[str, Any]) -> list[str]:
     n = population.get("devices", defaults["population"].default.devices)
     if isinstance(k, int) and isinstance(n, int) and k > n >= 1:
         return [f"selection.k: K={k} is larger than population.devices={n}"]
+    return []
+
+
+def _check_execution(sc: Scenario) -> list[str]:
+    """A GPU asked for where Ray would give none (the machine's CUDA is checked at start)."""
+    ex = sc.execution
+    if ex.device == "cuda" and ex.executor == "ray" and ex.actor.num_gpus <= 0:
+        return ["execution.device: cuda needs GPUs for the DeviceActors; set "
+                "execution.actor.num_gpus > 0 (e.g. 0.25 packs four actors per GPU)"]
     return []
 
 

@@ -36,3 +36,30 @@ def tiny_scenario(**overrides: Any) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     return sc
+
+
+def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) -> tuple:
+    """One round of the same plan on a sequential and a lock-step host of `tiny_scenario`:
+    (sequential host, lock-step host, plan, broadcast)."""
+    import numpy as np
+
+    from raymm.api import build_world, load_scenario
+    from raymm.host import DeviceHost, HostSpec
+    from raymm.messages import Broadcast, RoundPlan
+    from raymm.server import Server
+    from raymm.vectorised import make_host
+
+    sc = load_scenario(tiny_scenario(**sc_overrides))
+    world = build_world(sc)
+    training = sc.training.model_copy(update=spec_update)
+    objective = objective or world.host_spec.objective
+    ids = np.arange(world.population.n)
+    seq = DeviceHost(ids, world.population, world.dataset,
+                     HostSpec(sc.seed, sc.model, training.model_copy(
+                         update={"vectorise": False}), objective))
+    vec = make_host(ids, world.population, world.dataset,
+                    HostSpec(sc.seed, sc.model, training.model_copy(
+                        update={"vectorise": True}), objective))
+    server = Server(sc, world.dataset, world.population, world.policies)
+    plan = RoundPlan(2, np.array([0, 3, 4, 7, 9, 11]), tuple(server.layout.groups))
+    return seq, vec, plan, Broadcast(2, server.params, {})

@@ -66,18 +66,22 @@ class SSCAParams(BaseModel):
 def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
     """Rows of `deltas` [n, P] with all but exactly round(κ·P) (at least 1) coordinates set to
     zero: the largest magnitudes, and among magnitudes equal to the threshold the lowest
-    indices. O(P) per row (a partition, no sort)."""
+    indices. O(P) per row, one [n, P] buffer reused for every pass (at millions of parameters
+    fresh pages cost more than the arithmetic); only a row with ties is looked at again."""
     p = deltas.shape[1]
     keep = min(p, max(1, int(round(kappa * p))))
     if keep == p:
         return deltas.copy()
-    mag = np.abs(deltas)
-    thr = -np.partition(-mag, keep - 1, axis=1)[:, keep - 1:keep]
-    above = mag > thr
-    tied = mag == thr
-    room = keep - above.sum(axis=1, keepdims=True)      # tied slots left in each row
-    mask = above | (tied & (np.cumsum(tied, axis=1) <= room))
-    return np.where(mask, deltas, 0).astype(deltas.dtype)
+    buf = np.abs(deltas)
+    buf.partition(p - keep, axis=1)                      # in place: buf's order is lost
+    thr = buf[:, p - keep:p - keep + 1].copy()           # the keep-th largest magnitude
+    np.abs(deltas, out=buf)
+    mask = buf >= thr
+    for row in np.flatnonzero(np.count_nonzero(mask, axis=1) > keep):   # ties at threshold
+        tied = np.flatnonzero(buf[row] == thr[row, 0])
+        room = keep - int(np.count_nonzero(buf[row] > thr[row, 0]))
+        mask[row, tied[room:]] = False
+    return np.multiply(deltas, mask, out=buf)
 
 
 def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
@@ -85,19 +89,58 @@ def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
     return max(1, min(k, senders // min_cluster_size))
 
 
+#: columns of sign vectors multiplied at once when forming their Gram matrix (float32 sums of
+#: ±1 products stay exact integers below 2^24, so every block is exact)
+GRAM_BLOCK = 1 << 22
+
+
+def sign_gram(signs: np.ndarray) -> np.ndarray:
+    """G = S·Sᵀ [n, n] (float64, exact) of sign vectors S [n, P] with entries in {-1, 0, 1}."""
+    n, p = signs.shape
+    gram = np.zeros((n, n), np.float64)
+    for start in range(0, p, GRAM_BLOCK):
+        block = np.ascontiguousarray(signs[:, start:start + GRAM_BLOCK], dtype=np.float32)
+        gram += (block @ block.T).astype(np.float64)
+    return gram
+
+
+def gram_embedding(gram: np.ndarray) -> np.ndarray:
+    """Points X' [n, n] with X'·X'ᵀ = G: the same pairwise distances as the long vectors behind
+    G (X' = X·R for an orthogonal R), so KMeans on X' is KMeans on X."""
+    vals, vecs = np.linalg.eigh(gram)
+    return vecs * np.sqrt(np.clip(vals, 0.0, None))[None, :]
+
+
+def distinct_rows(gram: np.ndarray) -> int:
+    """How many different vectors are behind a Gram matrix (exact for sign vectors: squared
+    distances are integers)."""
+    diag = np.diag(gram)
+    same = np.abs(diag[:, None] + diag[None, :] - 2 * gram) < 0.5
+    first = same.argmax(axis=1)            # lowest index each row equals
+    return int(np.unique(first).shape[0])
+
+
 def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
     """KMeans labels [n] of sign vectors into min(k, n, #distinct rows) clusters (seeded,
-    one thread, so the same on every machine)."""
+    one thread, so the same on every machine).
+
+    KMeans depends on the points only through their distances, which the n×n Gram matrix holds
+    exactly: the long vectors are read once (a blocked S·Sᵀ), and scikit-learn's KMeans runs on
+    an n-dimensional isometric embedding, with its tolerance rescaled for the fewer features
+    (scikit-learn scales `tol` by the mean per-feature variance)."""
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
-    n = signs.shape[0]
-    k_eff = min(k, n, np.unique(signs, axis=0).shape[0])
-    if k_eff <= 1:
-        return np.zeros(n, np.int64)
+    n, p = signs.shape
     with threadpool_limits(1):
-        km = KMeans(n_clusters=k_eff, n_init=10, random_state=random_state)
-        return km.fit_predict(signs.astype(np.float64)).astype(np.int64)
+        gram = sign_gram(signs)
+        k_eff = min(k, n, distinct_rows(gram))
+        if k_eff <= 1:
+            return np.zeros(n, np.int64)
+        points = gram_embedding(gram)
+        km = KMeans(n_clusters=k_eff, n_init=10, random_state=random_state,
+                    tol=1e-4 * points.shape[1] / p)
+        return km.fit_predict(points).astype(np.int64)
 
 
 def cluster_consensus(sparse: np.ndarray, weights: np.ndarray, labels: np.ndarray
@@ -159,34 +202,60 @@ class SSCAStep:
     mu: np.ndarray
 
 
+#: columns per chunk of the per-coordinate steps 3-6 (consensus, ρ/µ/d, merge, model update):
+#: every one of them works coordinate by coordinate, so chunking bounds their float64
+#: temporaries to [n, COLUMN_BLOCK] (instead of several [n, P] at ResNet size) without
+#: changing a single value
+COLUMN_BLOCK = 1 << 18
+
+
+def sign_rows(x: np.ndarray) -> np.ndarray:
+    """sign(x) as int8 [n, P], formed block by block (a float sign array is 4x the size)."""
+    out = np.empty(x.shape, np.int8)
+    for start in range(0, x.shape[1], GRAM_BLOCK):
+        out[:, start:start + GRAM_BLOCK] = np.sign(x[:, start:start + GRAM_BLOCK])
+    return out
+
+
 def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
               previous: np.ndarray, p: SSCAParams, random_state: int,
-              bases: np.ndarray | None = None) -> SSCAStep:
+              bases: np.ndarray | None = None,
+              base_rows: tuple[np.ndarray, np.ndarray] | None = None) -> SSCAStep:
     """One SSCA aggregation of one group: steps 1-6 above.
 
-    `previous[i]` is the model index sender i trained from (used to match clusters) and
-    `bases[i]` the vector its delta was computed against (default: `models[previous[i]]`)."""
+    `previous[i]` is the model index sender i trained from (used to match clusters). The vector
+    sender i's delta was computed against is `bases[i]`, or `table[index[i]]` given
+    `base_rows = (table, index)` (no [n, P] copy of the bases), by default
+    `models[previous[i]]`."""
     sparse = sparsify(deltas, p.kappa)
     k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
-    labels = cluster_signs(np.sign(sparse), k, random_state)
-    cons, alpha = cluster_consensus(sparse, weights, labels)
-    rho, mu, d = consistency(cons, p.pi, p.eps)
-    _, per_cluster = merge(cons, alpha, mu, d, p.eps)
+    labels = cluster_signs(sign_rows(sparse), k, random_state)
     target = match_clusters(labels, previous, models.shape[0])
-    new = models.astype(np.float64)
-    if bases is None:
-        bases = models[np.maximum(previous, 0)]
+    if base_rows is None:
+        base_rows = ((bases, np.arange(deltas.shape[0])) if bases is not None
+                     else (models, np.maximum(previous, 0)))
+    table, index = base_rows
     w = np.asarray(weights, np.float64)
-    for c, m in enumerate(target):
-        if p.bases == "coherent":
-            members = labels == c
-            base = (bases[members].astype(np.float64) * w[members, None]).sum(axis=0) / alpha[c]
-        else:
-            base = new[m]
-        new[m] = base + p.lambda_merge * per_cluster[c]
+    new = models.astype(np.float32)
+    rho = np.empty(deltas.shape[1], np.float64)
+    mu = np.empty(deltas.shape[1], bool)
+    alpha = np.zeros(0)
+    for start in range(0, deltas.shape[1], COLUMN_BLOCK):
+        cols = slice(start, start + COLUMN_BLOCK)
+        cons, alpha = cluster_consensus(sparse[:, cols], weights, labels)
+        rho[cols], mu[cols], d = consistency(cons, p.pi, p.eps)
+        _, per_cluster = merge(cons, alpha, mu[cols], d, p.eps)
+        for c, m in enumerate(target):
+            if p.bases == "coherent":
+                members = labels == c
+                base = (table[index[members], cols].astype(np.float64)
+                        * w[members, None]).sum(axis=0) / alpha[c]
+            else:
+                base = models[m, cols].astype(np.float64)
+            new[m, cols] = base + p.lambda_merge * per_cluster[c]
     model_alpha = np.zeros(models.shape[0], np.float64)
     model_alpha[target] = alpha
-    return SSCAStep(new.astype(np.float32), target[labels], labels, model_alpha, rho, mu)
+    return SSCAStep(new, target[labels], labels, model_alpha, rho, mu)
 
 
 # ------------------------------------------------------------------ the aggregator
@@ -225,12 +294,13 @@ class SSCA:
             # what each sender trained from: its cluster's model, or the consensus (the global
             # vector) before it was ever clustered; the latter match no model index (-1)
             previous = np.where(seen, self.assignment[g][ids], -1)
-            bases = np.where(seen[:, None], self.models[g][self.assignment[g][ids]],
-                             params[g][None, :])
+            # base rows: the K models, then the global vector (index K)
+            table = np.concatenate([self.models[g], params[g][None, :]])
+            base_index = np.where(seen, self.assignment[g][ids], self.p.clusters)
             rs = int(seeding.rng(ctx.seed, ctx.round, seeding.SERVER, f"ssca/{g}")
                      .integers(2**31 - 1))
             step = ssca_step(deltas, batch.group_weights(g), self.models[g], previous, self.p,
-                             rs, bases)
+                             rs, base_rows=(table, base_index))
             self._record(step, previous)
             self.models[g], self.alpha[g] = step.models, step.alpha
             assignment, clustered = self.assignment[g].copy(), self.clustered[g].copy()

@@ -1,10 +1,19 @@
-"""Small per-sensor encoders: input `[B, *shape]` -> embedding `[B, embed_dim]`."""
+"""Per-sensor encoders: input `[B, *shape]` -> embedding `[B, embed_dim]`.
+
+The small kinds (mlp, cnn1d, cnn2d) are written here; `resnet18` is torchvision's ResNet-18 with
+GroupNorm in place of batch norm, so the model keeps no running statistics: every parameter is a
+trained weight that travels in the parameter groups, and lock-step training (torch.func over
+stacked parameters) applies.
+"""
 
 from __future__ import annotations
 
 import math
 
 from torch import nn
+
+#: channels per GroupNorm group in ResNet encoders (every ResNet width is a multiple of 32)
+RESNET_GROUPS = 32
 
 
 def auto_kind(shape: tuple[int, ...]) -> str:
@@ -35,7 +44,28 @@ def embedding_dim(kind: str, shape: tuple[int, ...], embed_dim: int) -> int:
     return math.prod(shape) if kind == "identity" else embed_dim
 
 
+def resnet18(shape: tuple[int, ...], embed_dim: int) -> nn.Module:
+    """ResNet-18 on `[H, W]` (spectrograms, grey frames: one channel) or `[C, H, W]` inputs.
+
+    GroupNorm replaces BatchNorm (see the module docstring); the stem takes the input's channel
+    count, and the classifier becomes a linear map to the embedding. Inputs as small as 28x28
+    work (the global average pool absorbs what the strides leave).
+    """
+    from torchvision.models import resnet18 as tv_resnet18  # imported on use: torchvision is heavy
+
+    if len(shape) not in (2, 3):
+        raise ValueError(f"resnet18 needs [H, W] or [C, H, W] inputs, got shape {shape}")
+    channels = 1 if len(shape) == 2 else shape[0]
+    net = tv_resnet18(weights=None, num_classes=embed_dim,
+                      norm_layer=lambda width: nn.GroupNorm(width // RESNET_GROUPS, width))
+    if channels != 3:
+        net.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return nn.Sequential(Channels(image=True), net, nn.ReLU())
+
+
 def make_encoder(kind: str, shape: tuple[int, ...], embed_dim: int, hidden: int) -> nn.Module:
+    if kind == "resnet18":
+        return resnet18(shape, embed_dim)
     if kind == "identity":
         return nn.Flatten()
     if kind == "mlp":

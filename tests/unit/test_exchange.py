@@ -92,9 +92,23 @@ def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
     assert start["g"].tolist() == [21, 21]                 # its own parameters, no download
     sent, st = finish("delta", sync, {"g": np.array([23, 23], np.float32)}, st, INIT)
     assert sent["g"].tolist() == [3, 3]                    # since the download at [20, 20]
+    assert st == {}          # sent: neither the parameters nor their base are read again
     # the next window: its first selection downloads again, so the next delta is against it
     start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], st, INIT)
     assert start["g"].tolist() == [20, 20] and st["base/g"].tolist() == [20, 20]
+
+
+def test_a_new_window_drops_what_earlier_windows_left() -> None:
+    """A device not selected at a sync keeps its unsent parameters until its next selection,
+    which opens a new window (download): then every earlier group's parameters and bases go,
+    an earlier phase's included, and other kept state (e.g. control variates) stays."""
+    first = RoundPlan(1, np.array([1]), ("h",), download=True, upload=False)
+    _, st = start_vectors("delta", first, _bcast(), 1, ["h"], {"scaffold_ci/h": np.ones(2, np.float32)}, INIT)
+    _, st = finish("delta", first, {"h": np.array([5, 5], np.float32)}, st, INIT)
+    assert set(st) == {"params/h", "base/h", "scaffold_ci/h"}
+    next_phase = RoundPlan(9, np.array([1]), ("g",), download=True, upload=False)
+    start, st = start_vectors("delta", next_phase, _bcast(), 1, ["g"], st, INIT)
+    assert set(st) == {"base/g", "scaffold_ci/h"} and start["h"].tolist() == [2, 2]
 
 
 def test_none_mode_never_communicates() -> None:

@@ -2,8 +2,7 @@
 
 import pytest
 
-from actors.packing import (Packing, ResourceError, actor_capacity, choose_torch_device,
-                            plan_packing)
+from actors.packing import Packing, ResourceError, actor_capacity, plan_packing
 from raymm.config import ActorSpec
 
 
@@ -31,10 +30,3 @@ def test_a_packing_that_cannot_fit_fails_with_the_numbers():
         plan_packing(100, 10, ActorSpec(num_cpus=0, num_gpus=0.1), {"CPU": 8.0, "GPU": 0.5})
     with pytest.raises(ResourceError, match="edge=0"):
         plan_packing(10, "auto", ActorSpec(resources={"edge": 1.0}), {"CPU": 8.0})
-
-
-def test_torch_device_of_an_actor():
-    assert choose_torch_device([], True) == ("cpu", None)
-    assert choose_torch_device(["1"], True) == ("cuda", None)
-    device, why = choose_torch_device(["0"], False)    # fake GPUs, or a CPU-only torch
-    assert device == "cpu" and "no CUDA" in why and "0" in why

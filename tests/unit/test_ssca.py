@@ -11,6 +11,9 @@ from policies.aggregation.ssca import (
     cluster_consensus,
     cluster_count,
     cluster_signs,
+    distinct_rows,
+    gram_embedding,
+    sign_gram,
     consistency,
     match_clusters,
     merge,
@@ -164,6 +167,32 @@ def test_one_cluster_with_bases_is_the_weighted_mean_of_bases_plus_update() -> N
     np.testing.assert_allclose(step.models[k], base + 0.9 * delta, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("bases", ["coherent", "matched"])
+def test_column_chunks_and_base_rows_change_no_value(monkeypatch, bases) -> None:
+    """Steps 3-6 run over column chunks, and the aggregator passes bases as rows of a table:
+    both bound memory at ResNet size and must give exactly the one-pass, explicit-bases step."""
+    import policies.aggregation.ssca as ssca
+
+    rng = np.random.default_rng(5)
+    n, P, K = 12, 1000, 4
+    deltas = (rng.standard_normal((n, P)) * rng.uniform(0.5, 2, (n, 1))).astype(np.float32)
+    deltas[:6] += rng.standard_normal(P).astype(np.float32)
+    w = rng.integers(1, 50, n).astype(np.float64)
+    models = rng.standard_normal((K, P)).astype(np.float32)
+    prev = rng.integers(-1, K, n)
+    glob = rng.standard_normal(P).astype(np.float32)
+    explicit = np.where((prev >= 0)[:, None], models[np.maximum(prev, 0)], glob[None])
+    p = SSCAParams(clusters=K, min_cluster_size=2, bases=bases)
+    one_pass = ssca_step(deltas, w, models, prev, p, 0, bases=explicit)
+    monkeypatch.setattr(ssca, "COLUMN_BLOCK", 96)
+    table = np.concatenate([models, glob[None]])
+    chunked = ssca_step(deltas, w, models, prev, p, 0,
+                        base_rows=(table, np.where(prev >= 0, prev, K)))
+    for field in ("models", "index", "labels", "alpha", "rho", "mu"):
+        assert np.array_equal(getattr(one_pass, field), getattr(chunked, field)), field
+    assert chunked.models.dtype == np.float32 and len(set(one_pass.labels.tolist())) > 1
+
+
 def _batch(ids: list[int], samples: list[int], rows: list[list[float]]) -> UpdateBatch:
     n = len(ids)
     return UpdateBatch(
@@ -253,3 +282,30 @@ def test_sparsify_keeps_exactly_round_kappa(kappa: float) -> None:
     d[:, :10] = 1.0  # many ties
     kept = (sparsify(d, kappa) != 0).sum(axis=1)
     assert (kept == max(1, round(kappa * 37))).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gram_clustering_gives_the_labels_of_kmeans_on_the_long_vectors(seed: int) -> None:
+    """Unambiguous clusters (5 sign prototypes, 8% of coordinates flipped or zeroed per
+    device): the n×n Gram route labels every device exactly as scikit-learn's KMeans on the
+    full [n, P] sign vectors does with the same seed."""
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(seed)
+    protos = rng.choice([-1.0, 1.0], size=(5, 3000))
+    members = rng.integers(0, 5, 40)
+    signs = protos[members].copy()
+    noise = rng.random(signs.shape) < 0.08
+    signs[noise] = rng.choice([-1.0, 0.0, 1.0], size=int(noise.sum()))
+    ours = cluster_signs(signs, 5, random_state=seed)
+    reference = KMeans(n_clusters=5, n_init=10, random_state=seed).fit_predict(signs)
+    np.testing.assert_array_equal(ours, reference)
+
+
+def test_gram_helpers_are_exact() -> None:
+    s = np.array([[1, -1, 0, 1], [1, -1, 0, 1], [-1, 0, 1, 1]], np.float32)
+    g = sign_gram(s)
+    np.testing.assert_array_equal(g, s.astype(np.float64) @ s.T.astype(np.float64))
+    assert distinct_rows(g) == 2
+    x = gram_embedding(g)
+    np.testing.assert_allclose(x @ x.T, g, atol=1e-9)

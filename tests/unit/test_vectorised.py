@@ -14,14 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from raymm.api import build_world, load_scenario, run
-from raymm.host import DeviceHost, HostSpec
-from raymm.messages import Broadcast, RoundPlan
+from raymm.api import load_scenario, run
 from raymm.policy import LossInputs, sample_mean
-from raymm.server import Server
-from raymm.vectorised import FunctionalOptimizer, VectorisedHost, make_host, why_not_vectorised
+from raymm.vectorised import FunctionalOptimizer, VectorisedHost, why_not_vectorised
 
-from helpers import tiny_scenario
+from helpers import host_round, tiny_scenario
 
 TOL = 1e-5
 
@@ -63,27 +60,8 @@ def test_packing_and_chunking_do_not_change_vectorised_results():
             assert np.array_equal(got[g], ref[g]), (per, chunk, g)
 
 
-def _host_round(spec_update: dict, objective=None, **sc_overrides):
-    """One round of the same plan on a sequential and a vectorised host."""
-    sc = load_scenario(tiny_scenario(**sc_overrides))
-    world = build_world(sc)
-    training = sc.training.model_copy(update=spec_update)
-    spec = HostSpec(sc.seed, sc.model, training, objective or world.host_spec.objective)
-    ids = np.arange(world.population.n)
-    seq = DeviceHost(ids, world.population, world.dataset,
-                     HostSpec(spec.seed, spec.model, training.model_copy(
-                         update={"vectorise": False}), spec.objective))
-    vec = make_host(ids, world.population, world.dataset,
-                    HostSpec(spec.seed, spec.model, training.model_copy(
-                        update={"vectorise": True}), spec.objective))
-    server = Server(sc, world.dataset, world.population, world.policies)
-    plan = RoundPlan(2, np.array([0, 3, 4, 7, 9, 11]), tuple(server.layout.groups))
-    bcast = Broadcast(2, server.params, {})
-    return seq, vec, plan, bcast
-
-
 def test_every_selected_device_is_trained_in_lock_step():
-    seq, vec, plan, bcast = _host_round({})
+    seq, vec, plan, bcast = host_round({})
     assert isinstance(vec, VectorisedHost) and vec.vec is not None
     calls = []
     original = vec.vec._train_chunk
@@ -120,7 +98,7 @@ class _Branchy(_NotOptedIn):
 def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
     assert "vectorisable" in why_not_vectorised(_NotOptedIn())
     with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
-        seq, vec, plan, bcast = _host_round({}, objective=_NotOptedIn())
+        seq, vec, plan, bcast = host_round({}, objective=_NotOptedIn())
     assert vec.vec is None and "does not declare" in caplog.text
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     for g in a.updates:
@@ -128,7 +106,7 @@ def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
 
 
 def test_a_bucket_that_fails_under_vmap_falls_back_to_sequential(caplog):
-    seq, vec, plan, bcast = _host_round({}, objective=_Branchy())
+    seq, vec, plan, bcast = host_round({}, objective=_Branchy())
     with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
         b = vec.train(plan, bcast)
     a = seq.train(plan, bcast)
@@ -164,7 +142,7 @@ class _WithHooks:
 
 
 def test_adapter_augmentation_and_device_extras_match_sequential():
-    seq, vec, plan, bcast = _host_round({"local_epochs": 2, "batch_size": 5, "upload": "held"},
+    seq, vec, plan, bcast = host_round({"local_epochs": 2, "batch_size": 5, "upload": "held"},
                                         objective=_WithHooks(), **{"model.adapter": True})
     for _ in range(2):  # the second round starts from each device's own trained adapter
         a, b = seq.train(plan, bcast), vec.train(plan, bcast)

@@ -1,0 +1,78 @@
+"""ResNet-18 encoders (torchvision, GroupNorm) and where devices train (`execution.device`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from raymm.api import load_scenario, run
+from raymm.errors import ScenarioError
+from raymm.models.encoders import make_encoder
+from raymm.torch_device import DeviceUnavailable, choose_torch_device
+
+from helpers import host_round, tiny_scenario
+
+
+
+@pytest.mark.parametrize("shape", [(28, 28), (40, 65), (3, 32, 32)],
+                         ids=["grey-frame", "spectrogram", "rgb-frame"])
+def test_resnet18_encoder_embeds_any_image_and_keeps_no_buffers(shape):
+    torch.manual_seed(0)
+    enc = make_encoder("resnet18", shape, embed_dim=24, hidden=0)
+    out = enc(torch.randn(2, *shape))
+    assert out.shape == (2, 24) and bool((out >= 0).all())   # ReLU'd like every encoder
+    # GroupNorm instead of batch norm: no running statistics, every tensor is a parameter
+    assert list(enc.buffers()) == []
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in enc.modules())
+    n = sum(p.numel() for p in enc.parameters())
+    stem = 64 * (1 if len(shape) == 2 else 3) * 49
+    assert n == 11_176_512 - 3 * 64 * 49 + stem + (512 * 24 + 24)   # ResNet-18 trunk + stem + map
+
+
+def test_resnet18_refuses_vectors():
+    with pytest.raises(ValueError, match="resnet18 needs"):
+        make_encoder("resnet18", (16,), embed_dim=8, hidden=0)
+
+
+def test_resnet18_trains_in_lock_step_as_sequentially():
+    """No buffers, so a ResNet model is vmapped like any other: the lock-step round gives the
+    sequential round's updates."""
+    seq, vec, plan, bcast = host_round(
+        {}, **{"dataset.sensors.a": {"dim": 12, "length": 16, "informativeness": 1.0},
+               "model.encoders": {"a": "resnet18"}, "training.batch_size": 8})
+    assert vec.vec is not None                 # not the sequential fallback
+    a, b = seq.train(plan, bcast), vec.train(plan, bcast)
+    assert a.device_ids.tolist() == b.device_ids.tolist()
+    for g in a.updates:
+        np.testing.assert_allclose(b.updates[g], a.updates[g], rtol=0, atol=1e-4, err_msg=g)
+
+
+def test_device_choice():
+    assert choose_torch_device("auto", True) == ("cuda", None)          # serial, GPU present
+    assert choose_torch_device("auto", False) == ("cpu", None)
+    assert choose_torch_device("cpu", True, ["0"]) == ("cpu", None)     # asked for the CPU
+    assert choose_torch_device("auto", True, []) == ("cpu", None)       # actor without a GPU
+    assert choose_torch_device("auto", True, ["1"]) == ("cuda", None)
+    device, why = choose_torch_device("auto", False, ["0"])   # fake GPUs, or a CPU-only torch
+    assert device == "cpu" and "no CUDA" in why and "0" in why
+    assert choose_torch_device("cuda", True, ["0"]) == ("cuda", None)
+    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
+        choose_torch_device("cuda", False)
+    with pytest.raises(DeviceUnavailable, match="num_gpus"):
+        choose_torch_device("cuda", True, [])
+
+
+def test_cuda_on_ray_without_gpus_is_a_scenario_error():
+    with pytest.raises(ScenarioError, match="execution.device: cuda needs GPUs"):
+        load_scenario(tiny_scenario(**{"execution.executor": "ray",
+                                       "execution.device": "cuda"}))
+    load_scenario(tiny_scenario(**{"execution.executor": "ray", "execution.device": "cuda",
+                                   "execution.actor.num_gpus": 0.25}))
+
+
+def test_serial_cuda_without_a_gpu_stops_before_training(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
+        run(load_scenario(tiny_scenario(**{"execution.device": "cuda"})), out=tmp_path)
+    assert not any(tmp_path.rglob("rounds.parquet"))
