@@ -138,8 +138,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
             writer.start_pictures(world.population, world.dataset, sc.rounds)
             first, wall_before = 1, 0.0
         else:
-            ex.load_server_state(ckpt.server)
-            ex.load_host_states(ckpt.hosts)
+            checkpoint.restore(ex, ckpt, run_dir)
             writer = RunWriter(run_dir, None, sc.output.tensorboard, rows=ckpt.rows,
                                purge_step=ckpt.round + 1, budget_gib=sc.eval.budget_gib)
             writer.selected = dict(ckpt.selected)
