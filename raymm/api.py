@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 import policies
-from raymm import checkpoint
+from raymm import checkpoint, model_file
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
@@ -190,6 +190,9 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     if stop.requested:
         save_checkpoint(last)
     state = ex.server_state()
+    model_file.write(writer.path, sc, world.dataset, last, state["params"],
+                     model_file.cluster_models(sc, world.dataset.sensors, state["aggregator"]),
+                     ex.host_states())
     writer.write_devices(devices_table(world.population, state["obs"]))
     writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)

@@ -231,20 +231,46 @@ def _metadata(data: bytes) -> dict[str, str]:
     return meta
 
 
-def read(path: Path, kind: str) -> tuple[Any, dict[str, str]]:
-    """(state tree, metadata) of a file written by `to_bytes` with the same `kind`, after
-    checking format, version and checksum. Raises StateFormatError with the reason."""
+def _verified(path: Path, kind: str, field: str) -> tuple[str, dict[str, np.ndarray]]:
+    """(JSON text under `field`, tensors) once format, version and checksum are checked."""
     meta, tensors = read_tensors(path)
     if meta.get("format") != kind:
         raise StateFormatError(f"not a {kind} file (format {meta.get('format')!r})")
     if meta.get("version") != str(VERSION):
         raise StateFormatError(f"format version {meta.get('version')!r}; this raymm reads "
                                f"version {VERSION}")
-    text = meta.get("state")
+    text = meta.get(field)
     if text is None or meta.get("sha256") != checksum(text, tensors):
         raise StateFormatError("checksum mismatch: the file is damaged or was altered")
+    return text, tensors
+
+
+def _json(text: str) -> Any:
     try:
-        skeleton = json.loads(text)
+        return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise StateFormatError(f"state is not JSON ({exc})") from None
-    return decode(skeleton, tensors), meta
+
+
+def read(path: Path, kind: str) -> tuple[Any, dict[str, str]]:
+    """(state tree, metadata) of a file written by `to_bytes` with the same `kind`, after
+    checking format, version and checksum. Raises StateFormatError with the reason."""
+    text, tensors = _verified(path, kind, "state")
+    return decode(_json(text), tensors), {"version": str(VERSION)}
+
+
+def named_to_bytes(tensors: Mapping[str, np.ndarray], kind: str, info: Any) -> bytes:
+    """A safetensors file of named tensors (e.g. a torch state dict, readable by any
+    safetensors tool) with `info` as JSON, the format, version and checksum in its metadata."""
+    from safetensors.numpy import save
+
+    arrays = {k: v if v.flags.c_contiguous else v.copy(order="C") for k, v in tensors.items()}
+    text = json.dumps(info, allow_nan=False, separators=(",", ":"))
+    return save(arrays, metadata={"format": kind, "version": str(VERSION), "info": text,
+                                  "sha256": checksum(text, arrays)})
+
+
+def read_named(path: Path, kind: str) -> tuple[dict[str, np.ndarray], Any]:
+    """(tensors, info) of a `named_to_bytes` file of this `kind`, verified."""
+    text, tensors = _verified(path, kind, "info")
+    return tensors, _json(text)
