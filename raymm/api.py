@@ -180,6 +180,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(_postfix(writer.rows), refresh=False)
+            _say_faults(row, bar)
             return stop.requested or early_stop
 
         last = run_rounds(ex, sc, first, on_round)
@@ -234,6 +235,19 @@ def _progress(sc: Scenario, enabled: bool, done: int):  # noqa: ANN202
     from tqdm import tqdm
 
     return tqdm(total=sc.rounds, initial=done, desc=sc.name, unit="round", dynamic_ncols=True)
+
+
+def _say_faults(row: dict[str, Any], bar: Any) -> None:
+    """Injected or real faults of a round: one line on stderr (above the progress bar)."""
+    from raymm.faults import summary_line
+
+    line = summary_line(row)
+    if line is None:
+        return
+    if bar is not None:
+        bar.write(f"raymm: {line}", file=sys.stderr)
+    else:
+        print(f"raymm: {line}", file=sys.stderr, flush=True)
 
 
 def _postfix(rows: list[dict[str, Any]]) -> dict[str, str]:
