@@ -23,13 +23,14 @@ from raymm import checkpoint, model_file
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
-from raymm.errors import Interrupted, RaymmError, ResumeError
+from raymm.errors import Interrupted, RaymmError, ResumeError, ScenarioError
 from raymm.faults import fault_seed
 from raymm.host import HostSpec
 from raymm.metrics import RunTracker, summary_metrics
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
+from raymm.safety import model_problem, writable_dir_problem
 from raymm.server import Policies
 from raymm.validate import check_scenario, policy_params
 
@@ -46,6 +47,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
 def build_world(sc: Scenario) -> World:
     """Load data, build the population and instantiate the policies (nothing is written)."""
     dataset = load_dataset(sc.dataset_name, sc.dataset_params(), sc.seed)
+    too_big = model_problem(dataset, sc.model)
+    if too_big:
+        raise ScenarioError([too_big])
     population = build_population(sc.population, dataset, sc.seed)
     pol = Policies(
         selector=SELECTORS.build(sc.selection.name, policy_params(sc, "selection")),
@@ -124,6 +128,10 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
     if executor is not None:
         sc = sc.model_copy(update={"execution": sc.execution.model_copy(
             update={"executor": executor})})
+    if ckpt is None:
+        out_problem = writable_dir_problem(Path(out if out is not None else sc.output.dir))
+        if out_problem:
+            raise RaymmError(out_problem)
     world = build_world(sc)          # data errors surface here, before anything is written
     ex = make_executor(sc)
     ex.start(world)

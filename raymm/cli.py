@@ -101,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"raymm: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # a path that cannot be read or written: the user's to fix
-        print(f"raymm: {describe_os_error(exc)}", file=sys.stderr)
+        from raymm.safety import os_error_text
+
+        print(f"raymm: {os_error_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except RecursionError:
         print("raymm: input nested too deeply to read", file=sys.stderr)
@@ -113,13 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("raymm: aborted", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-def describe_os_error(exc: OSError) -> str:
-    """`[Errno 20] Not a directory: '/dev/null/x'` -> `/dev/null/x: not a directory`."""
-    where = exc.filename if exc.filename is not None else ""
-    what = (exc.strerror or str(exc)).lower() if exc.strerror else str(exc)
-    return f"{where}: {what}" if where else what
 
 
 def _validate(args: argparse.Namespace) -> int:

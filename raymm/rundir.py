@@ -24,8 +24,15 @@ GIB = float(1 << 30)
 
 def new_run_dir(root: str | Path, name: str) -> Path:
     """`root/<name>-<YYYYmmdd-HHMMSS>`, with a numeric suffix if that exists already."""
+    from raymm.errors import RaymmError
+    from raymm.safety import inside, name_problems
+
+    if name_problems(name):  # validation refuses these first; a direct caller gets this
+        raise RaymmError(name_problems(name)[0])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(root) / f"{name}-{stamp}"
+    if not inside(Path(root), base):
+        raise RaymmError(f"run directory {base} would not be inside {root}")
     path, i = base, 1
     while path.exists():
         path = base.with_name(f"{base.name}-{i}")
