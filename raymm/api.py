@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 import policies
-from raymm import checkpoint, model_file
+from raymm import checkpoint, divergence, model_file
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import Executor, World, is_eval_round, run_rounds
@@ -173,9 +173,13 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             wall_before + time.perf_counter() - t0, dict(writer.selected)),
             sc.output.keep_checkpoints)
 
+    diverged: list[Any] = []  # (round, devices) once training produced non-finite numbers
     with StopOnInterrupt() as stop:
         def on_round(row: dict[str, Any]) -> bool:
-            early_stop = tracker.update(row)
+            bad = row.pop(divergence.KEY, None)
+            if bad is not None:
+                diverged.append((row["round"], bad))
+            early_stop = tracker.update(row) or bad is not None
             writer.log_round(row)
             if user_hook is not None:
                 early_stop = bool(user_hook(row)) or early_stop
@@ -207,6 +211,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
     writer.write_summary(summary)
     writer.close()
+    if diverged:
+        raise divergence.TrainingDiverged(*diverged[0], sc, writer.path)
     if stop.requested and last < sc.rounds:
         raise Interrupted(writer.path, last)
     params = {g: np.asarray(v) for g, v in state["params"].items()}

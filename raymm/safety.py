@@ -96,6 +96,19 @@ def regular_file(path: Path, what: str) -> str | None:
     return None
 
 
+def special_file_problem(path: Path, what: str) -> str | None:
+    """Why an existing path is neither a regular file nor a folder (a FIFO, a device, a
+    socket); None otherwise, and for a missing path (its reader reports that)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = "FIFO" if stat.S_ISFIFO(mode) else "device or socket"
+    return f"{what}: {path} is a {kind}, not a regular file"
+
+
 def read_text(path: Path, what: str, max_bytes: int = MAX_YAML_BYTES) -> str:
     """A small regular text file; ValueError with the reason otherwise."""
     problem = regular_file(path, what)

@@ -17,7 +17,7 @@ from raymm.errors import ScenarioError
 from raymm.exchange import aggregator_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
 from raymm.safety import (bool_problems, bound_problems, data_size_problem, fraction_problems,
-                          name_problems, regular_file, value_problems)
+                          name_problems, special_file_problem, value_problems)
 
 POLICY_SECTIONS: dict[str, Registry[Any]] = {
     "selection": SELECTORS, "aggregation": AGGREGATORS, "schedule": SCHEDULES,
@@ -152,7 +152,7 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
         if not path.exists():
             problems.append(f"dataset.path: data file not found: {path} (relative paths are "
                             "resolved under $RAYMM_DATA, else the working directory)")
-        elif (problem := regular_file(path, "dataset.path")) is not None:
+        elif (problem := special_file_problem(path, "dataset.path")) is not None:
             problems.append(problem)
     size = data_size_problem(name, params)
     if size is not None:
