@@ -44,14 +44,27 @@ def quiet_ray() -> None:
     ray_worker.print_to_stdstream = to_stderr
 
 
-def loopback_only() -> None:
-    """Before ray.init of an embedded Ray: listen on 127.0.0.1 only. Ray turns a node address
-    of 127.0.0.1 into the machine's outward address unless clusters are off for this host
-    (its switch for macOS/Windows); its servers bind the node address. Never for a cluster."""
+@contextmanager
+def loopback_only() -> Iterator[None]:
+    """Around ray.init of an embedded Ray: it listens on 127.0.0.1 only. Ray turns a node
+    address of 127.0.0.1 into the machine's outward address unless clusters are off for this
+    host (its switch for macOS/Windows); its servers bind the node address. Ray's processes
+    start inside the block and keep the setting; afterwards this process asks its node for the
+    address, so the switch is put back (a later connection to a cluster needs the real one)."""
     from ray._private import ray_constants
 
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's child processes
+    key = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+    env, const = os.environ.get(key), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[key] = "0"  # Ray's child processes
     ray_constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = const
+        if env is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = env
 
 
 @contextmanager

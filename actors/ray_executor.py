@@ -58,9 +58,10 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
         # "local": always a fresh embedded Ray, never a cluster that happens to run on this
         # machine (another user's, or a test's); connect to one with RAY_ADDRESS or
         # execution.address
-        loopback_only()
-        ray.init(address="local", num_cpus=execution.local_num_cpus, include_dashboard=False,
-                 logging_level=level, log_to_driver=verbose(), _node_ip_address="127.0.0.1")
+        with loopback_only():
+            ray.init(address="local", num_cpus=execution.local_num_cpus,
+                     include_dashboard=False, logging_level=level, log_to_driver=verbose(),
+                     _node_ip_address="127.0.0.1")
     return True
 
 
