@@ -98,12 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"raymm: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except RaymmError as exc:
-        print(f"raymm: {exc}", file=sys.stderr)
+        print(f"raymm: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # a path that cannot be read or written: the user's to fix
         from raymm.safety import os_error_text
 
-        print(f"raymm: {os_error_text(exc)}", file=sys.stderr)
+        print(f"raymm: {terminal_safe(os_error_text(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except RecursionError:
         print("raymm: input nested too deeply to read", file=sys.stderr)
@@ -115,6 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("raymm: aborted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def terminal_safe(text: str) -> str:
+    """Messages quote what the user wrote (a key, a name, a path); control characters in it
+    (terminal colour codes, NUL, a carriage return) are shown escaped, never sent to the
+    terminal. Line breaks of the message itself stay."""
+    return "\n".join("".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
+                     for line in text.split("\n"))
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -182,3 +182,12 @@ def test_run_dir_is_always_inside_out(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(tmp_path.parent)
     assert not safety.inside(tmp_path, link / "x")
+
+
+def test_control_characters_in_keys_never_reach_the_terminal(tmp_path, capsys):
+    raw = tiny_scenario()
+    raw["\x1b[31mred"] = 1
+    raw["population"]["ca\rriage"] = 2
+    rc, err = run_cli(["validate", str(write(tmp_path, raw))], capsys)
+    assert rc == 2 and "\\x1b[31mred: unknown key" in err and "\\rriage" in err, err
+    assert "\x1b" not in err and "\r" not in err
