@@ -154,3 +154,16 @@ def test_resume_fedmchain_with_cluster_models_and_kept_parameters(tmp_path):
     assert any(isinstance(v, dict) for v in ck.hosts.values())  # kept parameters per device
     res = resume_from_round_3(tmp_path, ref)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+def test_resume_scaffold_with_control_variates(tmp_path):
+    """SCAFFOLD keeps the server's control variate c (aggregator state) and each device's c_i
+    (device state): both come back exactly through the data-only checkpoint."""
+    raw = tiny_scenario(method="scaffold", rounds=7, **{
+        "eval.every": 2, "output.checkpoint_every": 3})
+    ref = run(raw, out=tmp_path)
+    ck = load(ref.run_dir)
+    assert ck.server["aggregator"]["c"] and ck.hosts
+    assert all(isinstance(v, dict) for v in ck.hosts.values())  # c_i per device
+    res = resume_from_round_3(tmp_path, ref)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
