@@ -29,8 +29,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # TIDE: score selection, per-sensor encoders + aux heads merged within their pods (devices
     # upload only what they hold), shared fusion + head over all, prototypes, cross-sensor
-    # loss, modality dropout, a device-local residual adapter; Adam 1e-3; early stop after 10
-    # evaluations without improvement (evaluated every 10 rounds)
+    # loss, modality dropout, a device-local residual adapter that learns on its own path and
+    # moves no global parameter (objective.adapter_path: personal; see policies/objective/
+    # tide.py); Adam 1e-3; early stop after 10 evaluations without improvement (evaluated every
+    # 10 rounds)
     "tide": {
         "selection": {"name": "tide"},
         "aggregation": {"name": "tide"},
@@ -43,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the ablation's starting point: scores + plain averaging (every device trains and uploads
     # every group) + proximal term + modality dropout; no prototypes, no cross-sensor loss, no
     # aux heads. The ablation rows switch the components back on one at a time
-    # (scenarios/tide_ablations/). The adapter stays, as in every TIDE row.
+    # (scenarios/tide_ablations/). The adapter stays, as in every TIDE row, on its own path.
     "tide_core": {
         "selection": {"name": "tide"},
         "aggregation": {"name": "tide"},

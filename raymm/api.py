@@ -22,7 +22,7 @@ import policies
 from raymm import checkpoint, divergence, model_file
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
-from raymm.engine import Executor, World, is_eval_round, run_rounds
+from raymm.engine import PERSONAL, Executor, World, is_eval_round, run_rounds
 from raymm.errors import Interrupted, RaymmError, ResumeError, ScenarioError
 from raymm.faults import fault_seed
 from raymm.host import HostSpec
@@ -291,6 +291,19 @@ def devices_table(pop: Population, obs: dict[str, np.ndarray] | None = None) -> 
     return pa.table(table)
 
 
+def personal_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """With `eval.scope: both`: the last per-device evaluation (`final_personal_accuracy`, per
+    tier, ...: the model and adapter each device ends the run with) and the best mean personal
+    accuracy of any evaluation (`best_personal_accuracy`). Empty for other scopes."""
+    evals = [r for r in rows if r.get(f"{PERSONAL}accuracy") is not None]
+    if not evals:
+        return {}
+    out = {f"final_{k}": v for k, v in evals[-1].items()
+           if k.startswith(PERSONAL) and k != f"{PERSONAL}devices_evaluated"}
+    out[f"best_{PERSONAL}accuracy"] = max(r[f"{PERSONAL}accuracy"] for r in evals)
+    return out
+
+
 def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
               n_devices: int) -> dict[str, Any]:
     accs = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
@@ -314,6 +327,7 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
         if k.startswith(("acc_tier/", "acc_sensor/", "acc_head/", "acc_drop/")) or \
                 k in ("acc_multimodal", "mir"):
             summary[f"final_{k}"] = v
+    summary.update(personal_summary(rows))
     summary.update(summary_metrics(rows, sc.eval.budget_gib))
     if rows:  # per-round averages (traffic in bytes, simulated seconds)
         summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]

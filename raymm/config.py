@@ -230,8 +230,10 @@ class EvalSpec(Strict):
     #: stop after this many evaluations without a new best accuracy (None: never)
     early_stop_patience: int | None = Field(default=None, ge=1)
     #: "pooled": the global model on the dataset's test split; "devices": every device on its
-    #: own test part with the model it would use (needs population.local_test_fraction)
-    scope: Literal["pooled", "devices"] = "pooled"
+    #: own test part with the model it would use (needs population.local_test_fraction);
+    #: "both": the pooled metrics (accuracy, early stopping, Acc@B stay global) and, next to
+    #: them, the per-device ones as personal_* (a device predicts with its own adapter)
+    scope: Literal["pooled", "devices", "both"] = "pooled"
 
 
 class OutputSpec(Strict):

@@ -19,6 +19,9 @@ from raymm.host import HostSpec
 from raymm.population import Population
 from raymm.server import Policies
 
+#: prefix of the per-device metrics when a run reports them next to the pooled ones
+PERSONAL = "personal_"
+
 
 @dataclass(frozen=True)
 class World:
@@ -92,10 +95,30 @@ def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
     results = ex.train(t, planned)
     stats = ex.get(ex.aggregate(t, planned, results))
     if is_eval_round(t, sc):
-        stats.update(ex.get(ex.evaluate_devices(t) if sc.eval.scope == "devices"
-                            else ex.evaluate(t)))
+        stats.update(evaluate(ex, t, sc.eval.scope))
     stats["wall_seconds"] = time.perf_counter() - wall0
     return stats
+
+
+def evaluate(ex: Executor, t: int, scope: str) -> dict[str, Any]:
+    """The round's evaluation entries: the global model on the pooled test split, every device
+    on its own test part, or both (the device entries then prefixed `personal_`, so the
+    headline accuracy, early stopping and Acc@B stay those of the global model). Both
+    evaluations are started before either is waited on."""
+    pooled = ex.evaluate(t) if scope in ("pooled", "both") else None
+    devices = ex.evaluate_devices(t) if scope in ("devices", "both") else None
+    out: dict[str, Any] = dict(ex.get(pooled)) if pooled is not None else {}
+    if devices is not None:
+        got = ex.get(devices)
+        out.update(personal_entries(got) if scope == "both" else got)
+    return out
+
+
+def personal_entries(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Per-device metrics under their `personal_` names (`personal_accuracy`,
+    `personal_acc_tier/<sensors>`, ...)."""
+    return {f"{PERSONAL}{k}": v for k, v in metrics.items()}
+
 
 
 def run_rounds(ex: Executor, sc: Scenario, first: int,

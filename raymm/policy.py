@@ -181,6 +181,9 @@ class Objective(Protocol):
     every loss call as `LossInputs.local`, e.g. SCAFFOLD's control-variate correction) and
     `device_finish(DeviceFinish) -> (state updates, per-device uplink extras)` (what the device
     keeps for later rounds, e.g. its control variate, and what it sends besides its groups).
+    Optional attribute `split_adapter = True` (with `uses_adapter`): trainers ask the model for
+    the adapter-free task logits plus the adapter's own detached path
+    (`ModelOutput.personal_logits`, see `MultimodalNet.forward`) instead of one path through it.
     """
 
     #: whether the device-local adapter is used when training

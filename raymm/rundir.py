@@ -192,6 +192,8 @@ CUSTOM_SCALARS = {
         "all sensors": ["Multiline", [r"accuracy/.*"]],
         "per tier (inputs restricted to the tier's sensors)": ["Multiline", [r"accuracy_tier/.*"]],
         "per sensor alone": ["Multiline", [r"accuracy_sensor/.*"]],
+        "personal (each device, own model and adapter, own test part)":
+            ["Multiline", [r"accuracy_personal/.*", r"accuracy_personal_tier/.*"]],
     },
     "Traffic": {
         "bytes per round": ["Multiline", [r"traffic/bytes_(up|down)"]],
@@ -230,6 +232,11 @@ TB_TAGS = {
     "worst_drop": "robustness/worst_drop",
     "acc_multimodal": "accuracy/multimodal_devices",
     "mir": "modality/MIR",
+    # eval.scope: both: each device on its own test part, next to the pooled metrics
+    "personal_accuracy": "accuracy_personal/all_devices",
+    "personal_test_loss": "loss/test_personal",
+    "personal_acc_multimodal": "accuracy_personal/multimodal_devices",
+    "personal_mir": "modality/MIR_personal",
 }
 
 
@@ -239,5 +246,6 @@ def _dynamic_tag(key: str) -> str | None:
     if not rest:
         return None
     return {"acc_tier": "accuracy_tier", "acc_sensor": "accuracy_sensor",
-            "acc_head": "accuracy_head", "acc_drop": "robustness_drop"}.get(prefix,
-                                                                             prefix) + "/" + rest
+            "acc_head": "accuracy_head", "acc_drop": "robustness_drop",
+            "personal_acc_tier": "accuracy_personal_tier",
+            "personal_acc_sensor": "accuracy_personal_sensor"}.get(prefix, prefix) + "/" + rest

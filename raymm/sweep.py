@@ -25,8 +25,9 @@ from raymm.rundir import atomic_write_bytes, atomic_write_table
 
 #: per-run columns of the comparison table
 COLUMNS = ("scenario", "seed", "method", "final", "best", "acc_at_budget", "acc_at_half_budget",
-           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "rounds_completed",
-           "best_round", "wall_seconds_per_round", "run_dir")
+           "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "final_personal_accuracy",
+           "rounds_completed", "best_round", "fall_after_best", "wall_seconds_per_round",
+           "run_dir")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
     # Final is the last evaluation's accuracy, Best the highest of any evaluation
     rec.update(scenario=summary["name"], final=summary.get("final_accuracy"),
                best=summary.get("best_accuracy"), run_dir=str(d))
+    # how far the curve fell from its best by the run's end: an early peak and a fall (e.g. a
+    # global model trained on something other than what is evaluated) shows up here
+    accs = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
+    rec["fall_after_best"] = max(accs) - accs[-1] if accs else None
     if budget_gib is not None:
         rec["acc_at_budget"] = acc_at_budget(rows, budget_gib)
         rec["acc_at_half_budget"] = acc_at_budget(rows, budget_gib / 2)
@@ -107,10 +112,11 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
     """Mean ± sample std over the runs of each scenario name (normally one per seed), in the
     order first seen."""
     head = ("| scenario | runs | Final (%) | Best (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 "
-            "| drop Δ (pts) | worst sensor | GiB | rounds | s/round |")
+            "| drop Δ (pts) | worst sensor | GiB | personal (%) | rounds | best round "
+            "| fall after best (pts) | s/round |")
     lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set",
              "Final: accuracy at the last evaluation; Best: the highest of any evaluation", "",
-             head, "|" + "---|" * 12]
+             head, "|" + "---|" * 15]
     for name in dict.fromkeys(r["scenario"] for r in records):
         rs = [r for r in records if r["scenario"] == name]
         col = lambda k: [r.get(k) for r in rs]  # noqa: E731
@@ -120,7 +126,9 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
             f"{_pct(col('acc_at_budget'))} | "
             f"{_pct(col('acc_at_half_budget'))} | {_pct(col('tier_f1'), 1.0, 3)} | "
             f"{_pct(col('worst_drop'))} | {sensors or '–'} | {_pct(col('gib_total'), 1.0, 3)} "
-            f"| {_pct(col('rounds_completed'), 1.0, 0)} | "
+            f"| {_pct(col('final_personal_accuracy'))} "
+            f"| {_pct(col('rounds_completed'), 1.0, 0)} | {_pct(col('best_round'), 1.0, 0)} "
+            f"| {_pct(col('fall_after_best'))} | "
             f"{_pct(col('wall_seconds_per_round'), 1.0, 3)} |")
     return "\n".join(lines) + "\n"
 

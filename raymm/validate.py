@@ -214,8 +214,9 @@ def _check_population(sc: Scenario) -> list[str]:
 
 def _check_exchange(sc: Scenario) -> list[str]:
     problems = []
-    if sc.eval.scope == "devices" and sc.population.local_test_fraction is None:
-        problems.append("eval.scope: 'devices' needs population.local_test_fraction (e.g. 0.2)")
+    if sc.eval.scope in ("devices", "both") and sc.population.local_test_fraction is None:
+        problems.append(f"eval.scope: {sc.eval.scope!r} needs population.local_test_fraction "
+                        "(e.g. 0.2)")
     if sc.training.sync_every > 1 and sc.training.exchange != "delta":
         problems.append(f"training.sync_every: {sc.training.sync_every} needs training.exchange: "
                         f"delta (got {sc.training.exchange!r})")

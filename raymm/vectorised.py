@@ -168,6 +168,7 @@ class VectorisedTrainer:
         self.fallback: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
+        self.upload = True
 
     def train(self, requests: list[Request], rnd: int, broadcast: Broadcast,
               upload: bool = True) -> dict[int, DeviceOutcome]:
@@ -179,6 +180,7 @@ class VectorisedTrainer:
         self.fallback = self.layout.flatten(self.model, list(self.layout.slots))
         self.received = broadcast.params
         self.bcast_extras = broadcast.extras
+        self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         out: dict[int, DeviceOutcome] = {}
@@ -205,6 +207,9 @@ class VectorisedTrainer:
                      ) -> dict[int, DeviceOutcome]:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
+        fwd = {"use_adapter": use_adapter,
+               "split_adapter": use_adapter and bool(getattr(self.objective, "split_adapter",
+                                                             False))}
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
@@ -237,8 +242,7 @@ class VectorisedTrainer:
 
         def loss_fn(train: Params, anc: Params, frozen: Params, local: Params,
                     xb: dict[str, Tensor], y: Tensor, present: Tensor, w: Tensor) -> Tensor:
-            out = functional_call(model, {**shared, **frozen, **train}, (xb, present),
-                                  {"use_adapter": use_adapter})
+            out = functional_call(model, {**shared, **frozen, **train}, (xb, present), fwd)
             return objective.loss(LossInputs(out, y, present, held_names, train, anc, extras,
                                              rnd, local, groups=tuple(groups), weight=w))
 
@@ -264,7 +268,7 @@ class VectorisedTrainer:
                 params, state = self.optim.step(params, grads, state)
                 losses.append(loss.detach())
         return self._outcomes(reqs, sources, groups, params, torch.stack(losses, 1),
-                              use_adapter, grad_sum, rnd, upload)
+                              use_adapter, grad_sum, rnd)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -396,8 +400,7 @@ class VectorisedTrainer:
 
     def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
                   groups: list[str], params: Params, losses: Tensor, use_adapter: bool,
-                  grad_sum: Params | None, rnd: int, upload: bool = True
-                  ) -> dict[int, DeviceOutcome]:
+                  grad_sum: Params | None, rnd: int) -> dict[int, DeviceOutcome]:
         g = len(reqs)
         flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
@@ -422,7 +425,8 @@ class VectorisedTrainer:
                 new_state, sent = finish(DeviceFinish(
                     r.device, rnd, tuple(groups), before, updates, r.state or {},
                     dict(self.bcast_extras), steps, self.base.training.lr,
-                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {}, upload))
+                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
+                    self.upload))
                 extras = {**extras, **sent}
             out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
         return out

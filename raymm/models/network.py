@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raymm.config import ModelSpec
@@ -32,6 +33,9 @@ class ModelOutput:
     #: fused representation before the device-local adapter (`z` is after it); what TIDE's
     #: prototypes live on, since the global model is evaluated without the adapter
     z_base: Tensor | None = None
+    #: [B, C] the device's own prediction H̄(z̄ + A(z̄)) on the personal path (only with
+    #: `split_adapter=True`): its gradient reaches the adapter and nothing else
+    personal_logits: Tensor | None = None
 
 
 class MultimodalNet(nn.Module):
@@ -74,7 +78,13 @@ class MultimodalNet(nn.Module):
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
 
     def forward(self, inputs: dict[str, Tensor], present: Tensor,
-                use_adapter: bool = False) -> ModelOutput:
+                use_adapter: bool = False, split_adapter: bool = False) -> ModelOutput:
+        """`use_adapter`: the task head sees `z + A(z)` (a device predicting for itself; the
+        adapter's gradient then flows through the head and the encoders too). With
+        `split_adapter` as well, the task head sees the adapter-free `z` (the path the global
+        model is evaluated on) and `personal_logits` = H̄(z̄ + A(z̄)) is added, computed from
+        detached values of z and of the head's parameters so that only the adapter learns
+        from it. Without an adapter both flags change nothing."""
         emb = {m: self.encoders[m](inputs[m]) for m in self.sensors}
         sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
         if self.fusion is None:
@@ -82,7 +92,14 @@ class MultimodalNet(nn.Module):
                          for j, m in enumerate(self.sensors))
             return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
         z_base = self.fusion(torch.cat([emb[m] for m in self.sensors], dim=1))
-        z = z_base + self.adapter(z_base) if use_adapter and self.adapter is not None else z_base
+        if not use_adapter or self.adapter is None:
+            return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base)
+        if split_adapter:
+            z_own = z_base.detach()
+            z_own = z_own + self.adapter(z_own)
+            personal = F.linear(z_own, self.head.weight.detach(), self.head.bias.detach())
+            return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base, personal)
+        z = z_base + self.adapter(z_base)
         return ModelOutput(self.head(z), z, emb, sensor_logits, z_base)
 
     def group_of(self, param_name: str) -> str:

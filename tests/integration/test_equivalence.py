@@ -16,7 +16,10 @@ def _run(tmp_path, executor, per_actor):
                                         "execution.executor": executor,
                                         "execution.devices_per_actor": per_actor,
                                         # 1 device per actor = 12 actors on 2 CPUs
-                                        "execution.actor": {"num_cpus": 0.1}}))
+                                        "execution.actor": {"num_cpus": 0.1},
+                                        # pooled and per-device evaluation both
+                                        "population.local_test_fraction": 0.25,
+                                        "eval.scope": "both"}))
     res = run(sc, out=tmp_path / f"{executor}-{per_actor}")
     table = pd.read_parquet(res.run_dir / "rounds.parquet").drop(columns=WALL)
     return res.params, table
@@ -26,6 +29,7 @@ def _run(tmp_path, executor, per_actor):
 def test_serial_and_ray_are_bit_identical(tmp_path, ray_session):
     ref_params, ref_table = _run(tmp_path, "serial", "auto")
     assert ref_table["participated"].sum() > 0 and ref_table["accuracy"].notna().sum() == 2
+    assert ref_table["personal_accuracy"].notna().sum() == 2
     for executor, per_actor in [("serial", 5), ("ray", 1), ("ray", 5), ("ray", "auto")]:
         params, table = _run(tmp_path, executor, per_actor)
         assert params.keys() == ref_params.keys()

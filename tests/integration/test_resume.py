@@ -135,10 +135,13 @@ def test_resume_tide_with_prototypes_and_adapters(tmp_path):
     both must come back exactly."""
     raw = tiny_scenario(method="tide", rounds=7, **{
         "eval.every": 2, "output.checkpoint_every": 3, "selection": {"name": "tide", "k": 5},
-        "aggregation": {"name": "tide", "warmup": 2}})
+        "aggregation": {"name": "tide", "warmup": 2},
+        # the adapters also predict: per-device evaluation next to the pooled one
+        "population.local_test_fraction": 0.25, "eval.scope": "both"})
     ref = run(raw, out=tmp_path)
     ck = load(ref.run_dir)
     assert ck.hosts and ck.server["aggregator"]["prototypes"] is not None
+    assert table(ref.run_dir)["personal_accuracy"].notna().sum() == 4
     res = resume_from_round_3(tmp_path, ref)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
 

@@ -16,7 +16,9 @@ def two_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     for seed in (1, 2):
         run(tiny_scenario(seed=seed, rounds=4, **{"output.tensorboard": True,
-                                                   "eval.every": 2}), out=out)
+                                                   "eval.every": 2, "eval.scope": "both",
+                                                   "population.local_test_fraction": 0.25}),
+            out=out)
     return out
 
 
@@ -30,7 +32,13 @@ def test_compare_writes_table_and_plot(two_runs, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (tmp_path / "cmp" / "comparison.md").read_text()
     assert md.startswith("B = 0.001 GiB") and "| tiny | 2 |" in md  # 2 seeds in one row
-    assert pd.read_parquet(tmp_path / "cmp" / "comparison.parquet").shape[0] == 2
+    table = pd.read_parquet(tmp_path / "cmp" / "comparison.parquet")
+    assert table.shape[0] == 2
+    # personal accuracy (the last per-device evaluation) next to the pooled Final, as mean ± std
+    personal = table["final_personal_accuracy"].to_numpy() * 100
+    assert np.isfinite(personal).all()
+    assert f"| {personal.mean():.2f} ± {personal.std(ddof=1):.2f} |" in md
+    assert "| GiB | personal (%) | rounds |" in md
     assert main(["compare", str(two_runs), "--out", str(tmp_path / "c2")]) == 0
     assert "accuracy_vs_gib.png" in capsys.readouterr().out
     assert (tmp_path / "c2" / "accuracy_vs_gib.png").exists()
@@ -56,6 +64,11 @@ def test_tensorboard_pictures_and_layout(two_runs):
     img = acc.Images("partition/labels_per_device")[0]
     assert img.width > 200 and img.height > 200
     assert {"scenario/text_summary", "custom_scalars__config__"} <= set(acc.Tags()["tensors"])
+    # eval.scope: both: the personal (per-device) accuracy next to the pooled one
+    scalars = set(acc.Tags()["scalars"])
+    assert {"accuracy/all_sensors", "accuracy_personal/all_devices", "accuracy_personal_tier/a",
+            "accuracy_personal_tier/a+b", "accuracy_tier/a"} <= scalars
+    assert [e.step for e in acc.Scalars("accuracy_personal/all_devices")] == [2, 4]
     # the confusion matrix adds up to the test set (kept out of the tables)
     rounds = pd.read_parquet(run_dir / "rounds.parquet")
     assert not any(c.startswith("_") for c in rounds.columns)

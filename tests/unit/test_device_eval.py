@@ -1,4 +1,5 @@
-"""Per-device metrics (ACC, per tier, ACC_m, ACC per single modality, MIR) from host counts."""
+"""Per-device metrics (ACC, per tier, ACC_m, ACC per single modality, MIR) from host counts, and
+how `eval.scope` combines them with the pooled evaluation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from raymm.api import personal_summary
 from raymm.device_eval import device_metrics, modality_imbalance_ratio
+from raymm.engine import evaluate
 from raymm.messages import DeviceEval
 
 
@@ -45,3 +48,61 @@ def test_mir_edge_cases() -> None:
     assert modality_imbalance_ratio([0.8, 0.4]) == 2.0
     assert modality_imbalance_ratio([0.8, 0.0]) == math.inf
     assert math.isnan(modality_imbalance_ratio([]))
+
+
+class _Evaluations:
+    """An executor stand-in: what each evaluation returns, and the order they were asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def evaluate(self, t: int) -> dict:
+        self.asked.append("pooled")
+        return {"accuracy": 0.9, "acc_tier/a": 0.5}
+
+    def evaluate_devices(self, t: int) -> dict:
+        self.asked.append("devices")
+        return {"accuracy": 0.7, "acc_tier/a": 0.6, "devices_evaluated": 3}
+
+    def get(self, value: object) -> object:
+        return value
+
+
+@pytest.mark.parametrize("scope,expected", [
+    ("pooled", {"accuracy": 0.9, "acc_tier/a": 0.5}),
+    ("devices", {"accuracy": 0.7, "acc_tier/a": 0.6, "devices_evaluated": 3}),
+    ("both", {"accuracy": 0.9, "acc_tier/a": 0.5, "personal_accuracy": 0.7,
+              "personal_acc_tier/a": 0.6, "personal_devices_evaluated": 3}),
+])
+def test_scope_picks_the_evaluations_and_names_them(scope: str, expected: dict) -> None:
+    ex = _Evaluations()
+    assert evaluate(ex, 10, scope) == expected  # type: ignore[arg-type]
+    assert ex.asked == {"pooled": ["pooled"], "devices": ["devices"],
+                        "both": ["pooled", "devices"]}[scope]
+
+
+def test_personal_summary_reports_the_last_and_the_best_evaluation() -> None:
+    rows = [{"round": 1, "accuracy": 0.5, "personal_accuracy": 0.6,
+             "personal_acc_tier/a": 0.4, "personal_devices_evaluated": 3},
+            {"round": 2},
+            {"round": 3, "accuracy": 0.7, "personal_accuracy": 0.55,
+             "personal_acc_tier/a": 0.45, "personal_devices_evaluated": 3},
+            {"round": 4}]
+    assert personal_summary(rows) == {"final_personal_accuracy": 0.55,
+                                      "final_personal_acc_tier/a": 0.45,
+                                      "best_personal_accuracy": 0.6}
+    assert personal_summary([{"round": 1, "accuracy": 0.5}]) == {}
+
+
+def test_per_device_scopes_need_a_local_test_part() -> None:
+    from raymm.api import load_scenario
+    from raymm.errors import ScenarioError
+
+    from helpers import tiny_scenario
+
+    for scope in ("devices", "both"):
+        with pytest.raises(ScenarioError, match=f"eval.scope: '{scope}' needs population."
+                                                "local_test_fraction"):
+            load_scenario(tiny_scenario(**{"eval.scope": scope}))
+        load_scenario(tiny_scenario(**{"eval.scope": scope,
+                                       "population.local_test_fraction": 0.2}))

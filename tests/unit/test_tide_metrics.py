@@ -105,6 +105,9 @@ def test_compare_with_a_budget_from_one_scenario(tmp_path: Path) -> None:
     assert "| tide | 2 | 60.00 ± 0.00 | 70.00 ± 0.00 | 70.00 ± 0.00 | 50.00 ± 0.00 |" in md
     assert "| fedavg | 1 | 80.00 | 80.00 | 80.00 | – |" in md
     assert "| 1.500 ± 0.707 |" in md  # GiB over the two tide seeds
+    # best 0.7 at round 20, 0.6 at the last evaluation: a fall of 10 points; none for fedavg
+    assert [round(r["fall_after_best"], 12) for r in comp.runs] == [0.1, 0.1, 0.0]
+    assert "| 30 ± 0 | – | 10.00 ± 0.00 | 0.500 ± 0.000 |" in md
     with pytest.raises(Exception, match="no run of scenario 'nope'"):
         compare([a1], budget_from="nope")
 

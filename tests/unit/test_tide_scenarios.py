@@ -5,12 +5,33 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from raymm.api import load_scenario
+from raymm.validate import policy_params
+
+from helpers import REPO
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location(
+        "tide_ablations", REPO / "scenarios" / "scripts" / "tide_ablations.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ablation_files_are_what_the_generator_writes(capsys) -> None:
+    gen = _generator()
+    assert gen.main(["--check"]) == 0, capsys.readouterr().out + \
+        "run: python scenarios/scripts/tide_ablations.py"
+    assert len(gen.rendered()) == 15
 
 def test_tide_ablation_rows_differ_only_in_their_components() -> None:
     if not os.environ.get("RAYMM_DATA"):
@@ -25,3 +46,13 @@ def test_tide_ablation_rows_differ_only_in_their_components() -> None:
         {k: v for k, v in base.items() if k != "name"}
     assert core["training"]["upload"] == "all" and tide["training"]["upload"] == "held"
     assert core["objective"]["lambda_p"] == 0.0 and not core["model"]["aux_heads"]
+    # pooled global metrics and per-device personal ones, the adapter on its own path
+    assert base["eval"]["scope"] == "both" and base["population"]["local_test_fraction"] == 0.2
+    for row in ("01_core", "07_tide"):
+        sc = load_scenario(root / "tide_ablations" / f"{row}.yaml")
+        assert policy_params(sc, "objective").adapter_path == "personal"
+    joint_sc = load_scenario(root / "tide_ablations" / "15_adapter_joint.yaml")
+    assert policy_params(joint_sc, "objective").adapter_path == "joint"
+    joint = joint_sc.to_dict()
+    assert {k: v for k, v in joint.items() if k not in ("name", "objective")} == \
+        {k: v for k, v in base.items() if k not in ("name", "objective")}
