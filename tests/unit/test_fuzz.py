@@ -41,7 +41,7 @@ RAW_VALUES = st.one_of(st.sampled_from(["[", "{a: 1, a: 2}", ".inf", ".nan", "1e
                        st.text(max_size=20), st.integers().map(str))
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=80, **SETTINGS)
 @given(items=st.lists(st.tuples(KEYS, RAW_VALUES), min_size=1, max_size=3),
        out=st.sampled_from(["runs", "/dev/null", "/proc/x", "\x00", "ü/ñ", "a" * 300]))
 def test_hostile_command_lines(items, out, tmp_path_factory):
@@ -69,7 +69,7 @@ def checkpointed(tmp_path_factory):
                out=tmp_path_factory.mktemp("ck")).run_dir
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=30, **SETTINGS)
 @given(edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1,
                       max_size=6), cut=st.one_of(st.none(), st.floats(0, 1)))
 def test_damaged_checkpoints_resume_or_exit_2(edits, cut, checkpointed, tmp_path_factory):
