@@ -61,5 +61,5 @@ def is_loopback(address: str) -> bool:
     if not host.startswith("["):
         return host.startswith("127.")
     words = host.strip("[]").split(":")
-    return words == ["00000000"] * 3 + ["01000000"] or (
+    return words == ["00000000"] * 3 + ["00000001"] or (
         words[:3] == ["00000000", "00000000", "0000ffff"] and words[3].startswith("7f"))

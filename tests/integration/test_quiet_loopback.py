@@ -37,6 +37,33 @@ def test_loopback_addresses():
     assert not is_loopback("192.0.2.2:80")
     assert is_loopback("[00000000:00000000:0000ffff:7f000001]:5")
     assert not is_loopback("[00000000:00000000:00000000:00000000]:5")  # [::], every interface
+    assert is_loopback("[00000000:00000000:00000000:00000001]:5")  # ::1
+
+
+def test_listening_reads_this_process_sockets():
+    import os
+    import socket
+
+    from netlisten import is_loopback, listening
+
+    socks = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"),
+                         (socket.AF_INET, "0.0.0.0")):
+        s = socket.socket(family)
+        try:
+            s.bind((host, 0))
+        except OSError:  # no IPv6 here
+            s.close()
+            continue
+        s.listen()
+        socks.append((s, host != "0.0.0.0"))
+    try:
+        seen = dict((a.rsplit(":", 1)[1], a) for _, a in listening({os.getpid()}))
+        for s, loop in socks:
+            assert is_loopback(seen[str(s.getsockname()[1])]) == loop
+    finally:
+        for s, _ in socks:
+            s.close()
 
 
 @pytest.mark.slow
