@@ -5,7 +5,8 @@ hostile value -- wrong types, bounds, NaN/inf, unicode, control characters, path
 delete or rename keys, add unknown ones, replace sections by scalars, empty or repeat lists),
 runs `raymm validate` in-process, and when that passes runs one serial round into a fresh
 `--out`. A case passes when every call returns 0 or 2 without a traceback, a 2 leaves `--out`
-empty, nothing appears beside `--out`, and no call runs past the alarm.
+empty, nothing appears beside `--out` (nor in the campaign's folder or the working directory
+the campaign runs in), and no call runs past the alarm.
 
     python tests/fuzz_scenarios.py --cases 2000 --seed 1     # prints the tally as JSON
 """
@@ -18,6 +19,7 @@ import copy
 import io
 import json
 import math
+import os
 import random
 import signal
 import sys
@@ -186,21 +188,43 @@ def case(raw: dict[str, Any], workdir: Path, seconds: int = 120) -> str:
     return "exit0" if rc == 0 else "exit2"
 
 
+def strays(workdir: Path, home: Path) -> list[str]:
+    """Anything in the campaign's folder other than the cases' own folders, and anything in the
+    working directory the cases run from (a relative path, or a name that left --out)."""
+    return sorted([p.name for p in workdir.iterdir()
+                   if p != home and not (p.name[:1] == "c" and p.name[1:].isdigit())]
+                  + [f"cwd/{p.name}" for p in home.iterdir()])
+
+
 def campaign(cases: int, seed: int, workdir: Path) -> dict[str, Any]:
     rng = random.Random(seed)
     bases = base_scenarios()
     tally: dict[str, Any] = {"cases": 0, "exit0": 0, "exit2": 0, "skipped_run": 0,
-                             "tracebacks": 0, "hangs": 0, "leaks": 0, "failures": []}
+                             "tracebacks": 0, "hangs": 0, "leaks": 0,
+                             "slowest_case_seconds": 0.0, "failures": []}
+    home = workdir / "cwd"
+    home.mkdir()
+    previous = os.getcwd()
+    os.chdir(home)
     t0 = time.perf_counter()
-    for i in range(cases):
-        outcome = case(mutate(rng, rng.choice(bases)), workdir / f"c{i}")
-        tally["cases"] += 1
-        kind = outcome.split(":")[0]
-        if kind in ("exit0", "exit2", "skipped_run"):
-            tally[kind] += 1
-        else:
-            tally[{"hang": "hangs", "leak": "leaks"}.get(kind, "tracebacks")] += 1
-            tally["failures"].append(outcome)
+    try:
+        for i in range(cases):
+            t = time.perf_counter()
+            outcome = case(mutate(rng, rng.choice(bases)), workdir / f"c{i}")
+            tally["slowest_case_seconds"] = max(tally["slowest_case_seconds"],
+                                                round(time.perf_counter() - t, 1))
+            if outcome.split(":")[0] in ("exit0", "exit2", "skipped_run") and \
+                    (stray := strays(workdir, home)):
+                outcome = f"leak:outside the case's folder: {stray}"
+            tally["cases"] += 1
+            kind = outcome.split(":")[0]
+            if kind in ("exit0", "exit2", "skipped_run"):
+                tally[kind] += 1
+            else:
+                tally[{"hang": "hangs", "leak": "leaks"}.get(kind, "tracebacks")] += 1
+                tally["failures"].append(f"case {i}: {outcome}")
+    finally:
+        os.chdir(previous)
     tally["seconds"] = round(time.perf_counter() - t0, 1)
     return tally
 
