@@ -15,7 +15,7 @@ import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
@@ -224,8 +224,16 @@ def _admits(annotation: Any, kind: type) -> bool:
     """Whether a field annotation accepts `kind` (int or float), looking through unions."""
     if annotation is kind:
         return True
-    return any(_admits(a, kind) for a in get_args(annotation)) if get_origin(annotation) \
-        else False
+    return any(_admits(a, kind) for a in get_args(annotation)) \
+        if get_origin(annotation) not in (None, Literal) else False
+
+
+def _literals(annotation: Any) -> set[Any]:
+    """Values a field accepts through `Literal[...]`, looking through unions."""
+    if get_origin(annotation) is Literal:
+        return set(get_args(annotation))
+    return set().union(*(_literals(a) for a in get_args(annotation))) \
+        if get_origin(annotation) else set()
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -238,9 +246,32 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def bool_problems(model: type[BaseModel], raw: Any, prefix: str = "") -> list[str]:
-    """A boolean given for a number: YAML reads `k: true` as True, which pydantic would take
-    as 1. Walks `raw` along `model`'s fields (nested models and lists of them)."""
+def _numeric_text(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def _number_type_problem(v: Any, ann: Any, where: str) -> str | None:
+    """A boolean or a string given where only a number belongs. YAML reads `k: true` as True
+    and pydantic would take it as 1; a quoted `'inf'` or `'0.9'` would become a float after
+    the finiteness and fraction checks had passed it by as text."""
+    if not (_admits(ann, int) or _admits(ann, float)):
+        return None
+    if isinstance(v, bool) and not _admits(ann, bool):
+        return f"{where}: expected a number, got {str(v).lower()}"
+    if isinstance(v, str) and not _admits(ann, str) and v not in _literals(ann) and \
+            _numeric_text(v):
+        shown = v if len(v) <= 40 else v[:40] + "..."
+        return f"{where}: expected a number, got the text {shown!r} (write it without quotes)"
+    return None
+
+
+def number_type_problems(model: type[BaseModel], raw: Any, prefix: str = "") -> list[str]:
+    """`_number_type_problem` of every field of `raw`, walked along `model`'s fields (nested
+    models, lists of them and string-keyed maps of numbers or of models)."""
     if not isinstance(raw, Mapping):
         return []
     out = []
@@ -248,15 +279,22 @@ def bool_problems(model: type[BaseModel], raw: Any, prefix: str = "") -> list[st
         if name not in raw:
             continue
         v, ann, where = raw[name], field.annotation, f"{prefix}{name}"
-        if isinstance(v, bool) and not _admits(ann, bool) and (_admits(ann, int) or
-                                                             _admits(ann, float)):
-            out.append(f"{where}: expected a number, got {str(v).lower()}")
+        if (problem := _number_type_problem(v, ann, where)) is not None:
+            out.append(problem)
         sub = _model_of(ann)
-        if sub is not None and isinstance(v, Mapping):
-            out += bool_problems(sub, v, f"{where}.")
+        if get_origin(ann) is dict and isinstance(v, Mapping):
+            item = get_args(ann)[1] if len(get_args(ann)) == 2 else Any
+            item_model = _model_of(item)
+            for k, x in v.items():
+                if item_model is not None:
+                    out += number_type_problems(item_model, x, f"{where}.{k}.")
+                elif (problem := _number_type_problem(x, item, f"{where}.{k}")) is not None:
+                    out.append(problem)
+        elif sub is not None and isinstance(v, Mapping):
+            out += number_type_problems(sub, v, f"{where}.")
         elif sub is not None and isinstance(v, list):
             for i, item in enumerate(v):
-                out += bool_problems(sub, item, f"{where}.{i}.")
+                out += number_type_problems(sub, item, f"{where}.{i}.")
     return out
 
 
@@ -322,8 +360,8 @@ def data_size_problem(dataset: str, params: Any) -> str | None:
     one past MAX_DATA_VALUES float32 values before generating it."""
     if dataset == "synthetic":
         per_sample = sum(s.dim * (s.length or 1) for s in params.sensors.values())
-        n = (params.n_train + params.n_test) * per_sample
-        fields = "dataset.n_train, dataset.n_test or the sensors' dim/length"
+        n = (params.n_train + params.n_test + params.classes) * per_sample  # + class means
+        fields = "dataset.n_train, dataset.n_test, dataset.classes or the sensors' dim/length"
     elif dataset == "bench":
         n = (params.clients * params.samples_per_client + params.test_samples) * params.dim
         fields = "dataset.clients, dataset.samples_per_client or dataset.dim"

@@ -16,8 +16,8 @@ from raymm.data import DATASETS
 from raymm.errors import ScenarioError
 from raymm.exchange import aggregator_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
-from raymm.safety import (bool_problems, bound_problems, data_size_problem, fraction_problems,
-                          name_problems, special_file_problem, value_problems)
+from raymm.safety import (bound_problems, data_size_problem, fraction_problems, name_problems,
+                          number_type_problems, special_file_problem, value_problems)
 
 POLICY_SECTIONS: dict[str, Registry[Any]] = {
     "selection": SELECTORS, "aggregation": AGGREGATORS, "schedule": SCHEDULES,
@@ -58,16 +58,17 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
 
 def safety_problems(merged: Mapping[str, Any]) -> list[str]:
     """Checks the schema's types cannot express (raymm.safety): a safe run name, finite
-    numbers within int64 and this simulator's bounds, no boolean for a number, fractions that
-    cover the population, at least one tier."""
+    numbers within int64 and this simulator's bounds, no boolean or quoted text for a number,
+    fractions that cover the population, at least one tier."""
     problems = name_problems(merged.get("name"))
     problems += value_problems(dict(merged)) + bound_problems(merged)
-    problems += bool_problems(Scenario, merged)
+    problems += number_type_problems(Scenario, merged)
     for section, registry in POLICY_SECTIONS.items():
         spec = merged.get(section)
         if isinstance(spec, dict) and isinstance(spec.get("name"), str) and \
                 spec["name"] in registry:
-            problems += bool_problems(registry.params_model(spec["name"]), spec, f"{section}.")
+            problems += number_type_problems(registry.params_model(spec["name"]), spec,
+                                             f"{section}.")
     return problems + fraction_problems(merged.get("population"))
 
 
@@ -147,7 +148,7 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
     except ValidationError as exc:
         problems += [f"dataset.{p}" for p in format_validation_error(exc)]
         return None
-    problems += bool_problems(loader.Params, spec, "dataset.")
+    problems += number_type_problems(loader.Params, spec, "dataset.")
     for path in loader.required_files(params):
         if not path.exists():
             problems.append(f"dataset.path: data file not found: {path} (relative paths are "

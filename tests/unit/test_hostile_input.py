@@ -84,11 +84,29 @@ def test_hostile_yaml(tmp_path, capsys, text, expect):
     ("dataset.n_train=2000000000", "dataset: "),
     ("training.local_epochs=true", "training.local_epochs: expected a number"),
     ("aggregation={name: fedavg, extra: .inf}", "aggregation.extra: must be a finite"),
+    # quoted text for a number: pydantic would turn it into one after the checks above
+    ("training.lr='inf'", "training.lr: expected a number, got the text 'inf'"),
+    ("training.weight_decay='Infinity'", "training.weight_decay: expected a number"),
+    ("population.hardware=[{gflops: 'inf'}]", "population.hardware.0.gflops: expected a"),
+    ("population.tiers=[{sensors: [a], fraction: '0.9'}, {sensors: [b], fraction: 0.9}]",
+     "population.tiers.0.fraction: expected a number"),
+    ("rounds='3'", "rounds: expected a number, got the text '3'"),
+    ("dataset.sensors.a.informativeness='inf'", "dataset.sensors.a.informativeness: expected"),
+    ("dataset.sensors.a.dim=true", "dataset.sensors.a.dim: expected a number, got true"),
+    ("execution.actor.resources={accelerator: 'inf'}",
+     "execution.actor.resources.accelerator: expected"),
+    ("dataset.classes=1000000000000", "lower dataset.n_train, dataset.n_test, dataset.classes"),
 ])
 def test_semantic_validation(tmp_path, capsys, setting, field):
     p = write(tmp_path, tiny_scenario())
     rc, err = run_cli(["validate", str(p), "--set", setting], capsys)
     assert rc == 2 and field in err, err
+
+
+def test_words_a_number_field_accepts_stay_accepted(tmp_path, capsys):
+    p = write(tmp_path, tiny_scenario())
+    rc, err = run_cli(["validate", str(p), "--set", "execution.devices_per_actor=auto"], capsys)
+    assert rc == 0, err
 
 
 def test_model_too_large_for_memory_is_refused_before_anything_is_built(tmp_path, capsys):
