@@ -185,6 +185,11 @@ def _check_sensors(pop: Mapping[str, Any], model: Any, sensors: tuple[str, ...],
         if bad:
             problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, bad))} not in "
                             f"dataset {dataset!r}; its sensors are: {', '.join(sensors)}")
+        twice = sorted({m for m in listed if isinstance(m, str) and listed.count(m) > 1}) \
+            if isinstance(listed, list) else []
+        if twice:
+            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, twice))} "
+                            "listed more than once")
     encoders = model.get("encoders") if isinstance(model, dict) else None
     bad = [m for m in encoders if m not in sensors] if isinstance(encoders, dict) else []
     if bad:

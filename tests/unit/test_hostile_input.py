@@ -95,6 +95,8 @@ def test_hostile_yaml(tmp_path, capsys, text, expect):
     ("dataset.sensors.a.dim=true", "dataset.sensors.a.dim: expected a number, got true"),
     ("execution.actor.resources={accelerator: 'inf'}",
      "execution.actor.resources.accelerator: expected"),
+    ("population.tiers=[{sensors: [a, b, b], count: 12}]",
+     "population.tiers.0.sensors: 'b' listed more than once"),
     ("dataset.classes=1000000000000", "lower dataset.n_train, dataset.n_test, dataset.classes"),
 ])
 def test_semantic_validation(tmp_path, capsys, setting, field):
