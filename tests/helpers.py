@@ -36,3 +36,13 @@ def tiny_scenario(**overrides: Any) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     return sc
+
+
+class Payload:
+    """Unpickling this creates `marker` (a file): proof that code from a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))

@@ -11,7 +11,7 @@ from raymm import checkpoint, statefile
 from raymm.api import run
 from raymm.cli import main
 
-from helpers import tiny_scenario
+from helpers import Payload, tiny_scenario
 
 
 def assert_same_run(a_dir, a_params, b_dir, b_params):
@@ -23,16 +23,6 @@ def assert_same_run(a_dir, a_params, b_dir, b_params):
     pd.testing.assert_frame_equal(pd.read_parquet(a_dir / "rounds.parquet").drop(columns=cols),
                                   pd.read_parquet(b_dir / "rounds.parquet").drop(columns=cols),
                                   check_exact=True)
-
-
-class Payload:
-    """Unpickling this creates `marker`: proof that code from the file ran."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (str(self.marker), "w"))
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,15 @@ def write(tmp_path, raw, name="s.yaml"):
     return p
 
 
+def run_har(tmp_path, data_file, capsys, monkeypatch):
+    """`raymm run` of a HAR scenario whose data file is `tmp_path/data_file`, into tmp_path/r."""
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    raw = tiny_scenario(dataset={"name": "har", "path": data_file})
+    raw["population"] = {"devices": 4}
+    raw["selection"]["k"] = 2
+    return run_cli(["run", str(write(tmp_path, raw)), "--out", str(tmp_path / "r")], capsys)
+
+
 def entries(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
@@ -132,11 +141,7 @@ def test_fifo_as_scenario_data_or_release_never_hangs(tmp_path, capsys, monkeypa
     os.mkfifo(fifo)
     rc, err = run_cli(["validate", str(fifo)], capsys)
     assert rc == 2 and "FIFO" in err
-    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
-    raw = tiny_scenario(dataset={"name": "har", "path": "pipe"})
-    raw["population"] = {"devices": 4}
-    raw["selection"]["k"] = 2
-    rc, err = run_cli(["run", str(write(tmp_path, raw)), "--out", str(tmp_path / "r")], capsys)
+    rc, err = run_har(tmp_path, "pipe", capsys, monkeypatch)
     assert rc == 2 and "FIFO" in err and not (tmp_path / "r").exists()
     for src in (str(fifo), "/dev/zero"):
         rc, err = run_cli(["data", "prepare", "uci-har", "--from", src, "--out",
@@ -153,11 +158,7 @@ def test_npz_header_claiming_terabytes_is_refused(tmp_path, capsys, monkeypatch)
         for key in ("train_acc", "train_gyro", "train_y", "train_subject", "test_acc",
                     "test_gyro", "test_y", "test_subject"):
             z.writestr(f"{key}.npy", buf.getvalue())
-    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
-    raw = tiny_scenario(dataset={"name": "har", "path": "har.npz"})
-    raw["population"] = {"devices": 4}
-    raw["selection"]["k"] = 2
-    rc, err = run_cli(["run", str(write(tmp_path, raw)), "--out", str(tmp_path / "r")], capsys)
+    rc, err = run_har(tmp_path, "har.npz", capsys, monkeypatch)
     assert rc == 2 and "claims 1,600,000,000,000 bytes" in err, err
 
 

@@ -14,6 +14,8 @@ from hypothesis.extra import numpy as hnp
 from raymm import statefile
 from raymm.statefile import StateFormatError
 
+from helpers import Payload
+
 DTYPES = st.sampled_from(["float32", "float64", "int64", "int32", "uint8", "bool", "int8"])
 ARRAYS = DTYPES.flatmap(lambda d: hnp.arrays(d, hnp.array_shapes(min_dims=0, max_dims=3,
                                                                    min_side=0, max_side=4)))
@@ -110,20 +112,10 @@ def test_damage_version_kind_and_structure_are_refused_with_the_reason(tmp_path)
             statefile.read(p, "test")
 
 
-class _Payload:
-    """Unpickling this creates a file: proof that something ran."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (str(self.marker), "w"))
-
-
 def test_a_pickle_is_never_unpickled(tmp_path):
     marker = tmp_path / "pwned"
     p = tmp_path / "x.safetensors"
-    p.write_bytes(pickle.dumps({"state": _Payload(marker)}))
+    p.write_bytes(pickle.dumps({"state": Payload(marker)}))
     with pytest.raises(StateFormatError):
         statefile.read(p, "test")
     assert not marker.exists()
