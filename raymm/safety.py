@@ -150,6 +150,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.2 floats that PyYAML (YAML 1.1) reads as text: an exponent without a dot (`1e-3`) or
+# with an unsigned exponent (`1.0e5`). A scenario's `lr: 1e-3` is a number, as a reader means.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def _depth_ok(node: yaml.Node, limit: int) -> bool:
     stack = [(node, 1)]
     count = 0

@@ -108,7 +108,7 @@ def render() -> str:
            f"uses letters, digits, `.`, `_` and `-`, starts with a letter or digit and has at "
            f"most {NAME_MAX} characters; every number is finite (no `.inf`/`.nan`) and an "
            "integer fits int64; `true`/`false` or quoted text (`'3'`, `'inf'`) is never a "
-           "number; the `fraction`s of "
+           "number, while `1e-3` is one (as in YAML 1.2); the `fraction`s of "
            "`population.tiers`, `population.availability` and `population.hardware` add up to "
            "1 (within 1e-6); `tiers`, when given, has at least one tier; a key appears once per "
            "mapping; sizes are bounded ("

@@ -120,6 +120,21 @@ def test_words_a_number_field_accepts_stay_accepted(tmp_path, capsys):
     assert rc == 0, err
 
 
+def test_exponent_without_a_dot_is_a_number(tmp_path, capsys):
+    """PyYAML reads `1e-3` as text (YAML 1.1); raymm reads it as the number a user means, in
+    files and in --set, so refusing quoted text for numbers does not refuse `lr: 1e-3`."""
+    from raymm.api import load_scenario
+
+    text = write(tmp_path, tiny_scenario()).read_text().replace("lr: 0.05", "lr: 1e-3")
+    p = write(tmp_path, text)
+    assert load_scenario(p).training.lr == 0.001
+    assert load_scenario(p, ["training.lr=5E-2"]).training.lr == 0.05
+    rc, err = run_cli(["validate", str(p), "--set", "training.weight_decay=1.0e4"], capsys)
+    assert rc == 0, err
+    rc, err = run_cli(["validate", str(p), "--set", "training.lr=1e999"], capsys)
+    assert rc == 2 and "training.lr: must be a finite number" in err, err
+
+
 def test_model_too_large_for_memory_is_refused_before_anything_is_built(tmp_path, capsys):
     raw = tiny_scenario(**{"model.embed_dim": 60000, "model.fusion_dim": 60000})
     rc, err = run_cli(["run", str(write(tmp_path, raw)), "--out", str(tmp_path / "runs")],
