@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from raymm.files import atomic_output
+from raymm.safety import dump_yaml
 
 GIB = float(1 << 30)
 
@@ -83,7 +83,7 @@ class RunWriter:
         self.budget_gib = budget_gib  # marked (B and B/2) on the accuracy-vs-traffic picture
         if config is not None:
             atomic_write_bytes(path / "config.yaml",
-                               yaml.safe_dump(config, sort_keys=False).encode())
+                               dump_yaml(config).encode())
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -150,12 +150,23 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes the text `_StrictLoader` would read back as a number."""
+
+
 # YAML 1.2 floats that PyYAML (YAML 1.1) reads as text: an exponent without a dot (`1e-3`) or
-# with an unsigned exponent (`1.0e5`). A scenario's `lr: 1e-3` is a number, as a reader means.
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+# with an unsigned exponent (`1.0e5`). A scenario's `lr: 1e-3` is a number, as a reader means;
+# the dumper knows it too, so a text value `1e5` is written quoted and read back as text.
+for _cls in (_StrictLoader, _Dumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."))
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML that `load_yaml` reads back as the same values (keys in the given order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 def _depth_ok(node: yaml.Node, limit: int) -> bool:

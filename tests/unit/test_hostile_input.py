@@ -133,6 +133,9 @@ def test_exponent_without_a_dot_is_a_number(tmp_path, capsys):
     assert rc == 0, err
     rc, err = run_cli(["validate", str(p), "--set", "training.lr=1e999"], capsys)
     assert rc == 2 and "training.lr: must be a finite number" in err, err
+    # a run directory's config.yaml keeps text that looks like such a number as text
+    data = {"description": "1e5", "dataset": {"path": "-2.5E+3"}, "lr": 1e-3, "n": ".5e1"}
+    assert safety.load_yaml(safety.dump_yaml(data)) == data
 
 
 def test_model_too_large_for_memory_is_refused_before_anything_is_built(tmp_path, capsys):
