@@ -33,6 +33,7 @@ INT64 = (-(2**63), 2**63 - 1)
 INT_BOUNDS: dict[tuple[str, ...], int] = {
     ("rounds",): 10_000_000,
     ("population", "devices"): 5_000_000,
+    ("dataset", "classes"): 100_000,
     ("selection", "k"): 5_000_000,
     ("training", "local_epochs"): 10_000,
     ("training", "batch_size"): 10_000_000,

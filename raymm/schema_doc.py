@@ -113,7 +113,7 @@ def render() -> str:
            "1 (within 1e-6); `tiers`, when given, has at least one tier; a key appears once per "
            "mapping; sizes are bounded ("
            + ", ".join(f"`{'.'.join(k)}` ≤ {v:,}" for k, v in INT_BOUNDS.items()
-                       if k[0] in ("rounds", "population", "model"))
+                       if k[0] in ("rounds", "population", "dataset", "model"))
            + f"; a model of at most {MAX_MODEL_PARAMS:,} parameters and generated data of at "
            f"most {MAX_DATA_VALUES:,} values).", ""]
     _section(Scenario, "", out)

@@ -106,7 +106,8 @@ def test_hostile_yaml(tmp_path, capsys, text, expect):
      "execution.actor.resources.accelerator: expected"),
     ("population.tiers=[{sensors: [a, b, b], count: 12}]",
      "population.tiers.0.sensors: 'b' listed more than once"),
-    ("dataset.classes=1000000000000", "lower dataset.n_train, dataset.n_test, dataset.classes"),
+    ("dataset.classes=1000000000000", "dataset.classes: 1e+12 is more than"),
+    ("dataset.classes=1e7", "dataset.classes: 1e+07 is more than"),  # a 160M-parameter head
 ])
 def test_semantic_validation(tmp_path, capsys, setting, field):
     p = write(tmp_path, tiny_scenario())
