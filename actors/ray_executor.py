@@ -30,6 +30,8 @@ from ray.exceptions import RayError
 
 from actors.device_actor import DeviceActor
 from actors.packing import Packing, plan_packing
+from actors.quiet import (driver_stderr_captured, loopback_only, quiet_ray, ray_logging_level,
+                          verbose)
 from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec
 from raymm.engine import Trained, World
@@ -45,17 +47,21 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
     """Connect to a cluster or start an embedded local Ray. Returns True if we started it."""
     if ray.is_initialized():
         return False
+    quiet_ray()
+    level = ray_logging_level()
     address = execution.address
     if address == "auto" or (address is None and os.environ.get("RAY_ADDRESS")):
-        ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
+        ray.init(address="auto", logging_level=level, log_to_driver=verbose())
     elif address is not None:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=address, logging_level=level, log_to_driver=verbose())
     else:
         # "local": always a fresh embedded Ray, never a cluster that happens to run on this
         # machine (another user's, or a test's); connect to one with RAY_ADDRESS or
         # execution.address
-        ray.init(address="local", num_cpus=execution.local_num_cpus, include_dashboard=False,
-                 logging_level="WARNING", log_to_driver=False)
+        with loopback_only():
+            ray.init(address="local", num_cpus=execution.local_num_cpus,
+                     include_dashboard=False, logging_level=level, log_to_driver=verbose(),
+                     _node_ip_address="127.0.0.1")
     return True
 
 
@@ -100,9 +106,10 @@ class RayExecutor:
 
     def _new_actor(self, ids: np.ndarray) -> Any:
         a = self.execution.actor
-        return DeviceActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus,
-                                   resources=dict(a.resources),
-                                   max_restarts=a.max_restarts).remote(ids, *self._shared)
+        with driver_stderr_captured():
+            return DeviceActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus,
+                                       resources=dict(a.resources),
+                                       max_restarts=a.max_restarts).remote(ids, *self._shared)
 
     def poll(self, t: int) -> list[Any]:
         """The actors' reports, as references: they go straight into the server's plan."""
@@ -129,7 +136,7 @@ class RayExecutor:
             try:
                 reports.append(ray.get(ref))
             except RayError as exc:
-                log.warning("DeviceActor %d did not report in round %d: %s", i, t, exc)
+                log.info("DeviceActor %d did not report in round %d: %s", i, t, exc)
                 self._revive(i)
         return reports
 
@@ -204,7 +211,7 @@ class RayExecutor:
             try:
                 status = ray.get(status_ref)
             except RayError as exc:
-                log.warning("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
+                log.info("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
                 out.lost.append(plan.selected[np.isin(plan.selected, self.blocks[i])])
                 out.hosts_killed += 1
                 self._revive(i)
@@ -235,7 +242,7 @@ class RayExecutor:
             try:
                 ray.get(part)
             except RayError as exc:  # crashed since training: give it its state back, retry
-                log.warning("DeviceActor %d failed to evaluate in round %d: %s", i, t, exc)
+                log.info("DeviceActor %d failed to evaluate in round %d: %s", i, t, exc)
                 self._revive(i)
                 parts[i] = self.actors[i].evaluate_devices.remote(payload)
         return self.server.device_metrics.remote(*parts)

@@ -6,9 +6,9 @@ pluggable decisions. `raymm.run` is the one entry point the CLI and scenario scr
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["__version__", "run", "load_scenario"]
+__all__ = ["__version__", "run", "load_scenario", "load_model"]
 
 
 def __getattr__(name: str):  # lazy, so `import raymm` stays cheap (no torch import)
@@ -20,4 +20,8 @@ def __getattr__(name: str):  # lazy, so `import raymm` stays cheap (no torch imp
         from raymm.config import load_scenario
 
         return load_scenario
+    if name == "load_model":
+        from raymm.model_file import load_model
+
+        return load_model
     raise AttributeError(name)

@@ -19,17 +19,18 @@ import numpy as np
 import pyarrow as pa
 
 import policies
-from raymm import checkpoint
+from raymm import checkpoint, divergence, model_file
 from raymm.config import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.engine import PERSONAL, Executor, World, is_eval_round, run_rounds
-from raymm.errors import Interrupted, RaymmError, ResumeError
+from raymm.errors import Interrupted, RaymmError, ResumeError, ScenarioError
 from raymm.faults import fault_seed
 from raymm.host import HostSpec
 from raymm.metrics import RunTracker, policy_summary, summary_metrics
 from raymm.population import Population, build_population
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
+from raymm.safety import model_problem, writable_dir_problem
 from raymm.server import Policies
 from raymm.validate import check_scenario, policy_params
 
@@ -57,6 +58,9 @@ def method_names() -> list[str]:
 def build_world(sc: Scenario) -> World:
     """Load data, build the population and instantiate the policies (nothing is written)."""
     dataset = load_dataset(sc.dataset_name, sc.dataset_params(), sc.seed)
+    too_big = model_problem(dataset, sc.model)
+    if too_big:
+        raise ScenarioError([too_big])
     population = build_population(sc.population, dataset, sc.seed)
     pol = Policies(
         selector=SELECTORS.build(sc.selection.name, policy_params(sc, "selection")),
@@ -136,6 +140,10 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
     if executor is not None:
         sc = sc.model_copy(update={"execution": sc.execution.model_copy(
             update={"executor": executor})})
+    if ckpt is None:
+        out_problem = writable_dir_problem(Path(out if out is not None else sc.output.dir))
+        if out_problem:
+            raise RaymmError(out_problem)
     world = build_world(sc)          # data errors surface here, before anything is written
     ex = make_executor(sc)
     ex.start(world)
@@ -150,8 +158,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
             writer.start_pictures(world.population, world.dataset, sc.rounds)
             first, wall_before = 1, 0.0
         else:
-            ex.load_server_state(ckpt.server)
-            ex.load_host_states(ckpt.hosts)
+            checkpoint.restore(ex, ckpt, run_dir)
             writer = RunWriter(run_dir, None, sc.output.tensorboard, rows=ckpt.rows,
                                purge_step=ckpt.round + 1, budget_gib=sc.eval.budget_gib)
             writer.selected = dict(ckpt.selected)
@@ -180,9 +187,13 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             wall_before + time.perf_counter() - t0, dict(writer.selected)),
             sc.output.keep_checkpoints)
 
+    diverged: list[Any] = []  # (round, devices) once training produced non-finite numbers
     with StopOnInterrupt() as stop:
         def on_round(row: dict[str, Any]) -> bool:
-            early_stop = tracker.update(row)
+            bad = row.pop(divergence.KEY, None)
+            if bad is not None:
+                diverged.append((row["round"], bad))
+            early_stop = tracker.update(row) or bad is not None
             writer.log_round(row)
             if user_hook is not None:
                 early_stop = bool(user_hook(row)) or early_stop
@@ -195,6 +206,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(_postfix(writer.rows), refresh=False)
+            _say_faults(row, bar)
             return stop.requested or early_stop
 
         last = run_rounds(ex, sc, first, on_round)
@@ -205,6 +217,9 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     if stop.requested:
         save_checkpoint(last)
     state = ex.server_state()
+    model_file.write(writer.path, sc, world.dataset, last, state["params"],
+                     model_file.cluster_models(sc, world.dataset.sensors, state["aggregator"]),
+                     ex.host_states())
     writer.write_devices(devices_table(world.population, state["obs"]))
     writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
@@ -212,6 +227,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
         writer.add_text("phase_order", " → ".join(summary["phase_order"]))
     writer.write_summary(summary)
     writer.close()
+    if diverged:
+        raise divergence.TrainingDiverged(*diverged[0], sc, writer.path)
     if stop.requested and last < sc.rounds:
         raise Interrupted(writer.path, last)
     params = {g: np.asarray(v) for g, v in state["params"].items()}
@@ -248,6 +265,19 @@ def _progress(sc: Scenario, enabled: bool, done: int):  # noqa: ANN202
     from tqdm import tqdm
 
     return tqdm(total=sc.rounds, initial=done, desc=sc.name, unit="round", dynamic_ncols=True)
+
+
+def _say_faults(row: dict[str, Any], bar: Any) -> None:
+    """Injected or real faults of a round: one line on stderr (above the progress bar)."""
+    from raymm.faults import summary_line
+
+    line = summary_line(row)
+    if line is None:
+        return
+    if bar is not None:
+        bar.write(f"raymm: {line}", file=sys.stderr)
+    else:
+        print(f"raymm: {line}", file=sys.stderr, flush=True)
 
 
 def _postfix(rows: list[dict[str, Any]]) -> dict[str, str]:

@@ -183,10 +183,18 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     """`1000:100,5000:500` -> [(1000, 100), (5000, 500)]."""
+    from raymm.errors import RaymmError
+
     out = []
     for item in text.split(","):
         n, _, k = item.partition(":")
-        out.append((int(n), int(k)))
+        try:
+            size = (int(n), int(k))
+        except ValueError:
+            raise RaymmError(f"bench --sizes: {item!r} is not N:K (e.g. 1000:100)") from None
+        if not 1 <= size[1] <= size[0] <= 10**7:
+            raise RaymmError(f"bench --sizes: {item!r} needs 1 <= K <= N <= 10000000")
+        out.append(size)
     return out
 
 

@@ -25,7 +25,10 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from raymm import __version__
+
     parser = argparse.ArgumentParser(prog="raymm", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"raymm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario and write a run directory")
     run.add_argument("scenario", nargs="?", default=None,
@@ -40,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=["serial", "ray"], default=None,
                      help="where devices train (default: the scenario's execution.executor)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="show Ray's own log lines and warnings on stderr")
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
     add_data_parser(sub)
@@ -97,11 +102,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"raymm: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except RaymmError as exc:
-        print(f"raymm: {exc}", file=sys.stderr)
+        print(f"raymm: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # a path that cannot be read or written: the user's to fix
+        from raymm.safety import os_error_text
+
+        print(f"raymm: {terminal_safe(os_error_text(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecursionError:
+        print("raymm: input nested too deeply to read", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryError:
+        print("raymm: out of memory: the scenario asks for more than this machine has "
+              "(fewer devices, samples or a smaller model)", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("raymm: aborted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def terminal_safe(text: str) -> str:
+    """Messages quote what the user wrote (a key, a name, a path); control characters in it
+    (terminal colour codes, NUL, a carriage return) are shown escaped, never sent to the
+    terminal. Line breaks of the message itself stay."""
+    return "\n".join("".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
+                     for line in text.split("\n"))
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -116,6 +141,8 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from raymm.api import run
 
+    if args.verbose:  # read where Ray starts (actors.ray_executor.ensure_ray)
+        os.environ["RAYMM_VERBOSE"] = "1"
     if args.scenario is None and args.resume is None:
         raise RaymmError("run: give a scenario file, or --resume RUN_DIR")
     result = run(args.scenario, args.overrides, out=args.out, executor=args.executor,

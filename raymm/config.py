@@ -325,15 +325,16 @@ class Scenario(Strict):
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A scenario file: a regular, small, UTF-8 file of strict YAML (see raymm.safety)."""
+    from raymm.safety import load_yaml, read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError([f"scenario file not found: {p}"])
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(read_text(p, "scenario file"))
     except yaml.YAMLError as exc:
         raise ScenarioError([f"not valid YAML: {exc}"], str(p)) from None
-    except UnicodeDecodeError:
-        raise ScenarioError(["not a text file"], str(p)) from None
+    except ValueError as exc:
+        raise ScenarioError([str(exc)], str(p)) from None
     if not isinstance(data, dict):
         raise ScenarioError([f"the top level must be a mapping, got {type(data).__name__}"], str(p))
     return data
@@ -347,10 +348,14 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
         raise ScenarioError([f"--set {item!r}: empty key"])
+    from raymm.safety import load_yaml
+
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except ValueError as exc:
+        raise ScenarioError([f"--set {key.strip()}: {exc}"]) from None
     return parts, value
 
 

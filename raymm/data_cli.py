@@ -38,17 +38,34 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+class _LazyNames:
+    """Choices read from a registry only when argparse checks or shows them: importing the
+    registries imports torch (~2 s), which `raymm --help` must not pay."""
+
+    def __init__(self, module: str, attr: str) -> None:
+        self.module, self.attr = module, attr
+
+    def _names(self) -> list[str]:
+        import importlib
+
+        return sorted(getattr(importlib.import_module(self.module), self.attr))
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._names()
+
+    def __iter__(self) -> Any:
+        return iter(self._names())
+
+
 def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `data` command (with `list`, `prepare`, `download`) to `raymm`'s subparsers."""
-    from raymm.data.download import SOURCES
-    from raymm.data.prepare import CONVERTERS
-
     data = subparsers.add_parser("data", help="list, prepare and download datasets",
                                  description=__doc__.split("\n")[0])
     sub = data.add_subparsers(dest="data_command")
     sub.add_parser("list", help="datasets, where each is expected, and whether it is there")
     prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
-    prep.add_argument("name", choices=sorted(CONVERTERS))
+    prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS"),
+                      metavar="NAME", help="converter: %(choices)s")
     prep.add_argument("--from", dest="src", required=True, metavar="PATH",
                       help="the release: a folder, zip or pickle (see docs/data.md)")
     prep.add_argument("--out", default=None, metavar="FILE",
@@ -58,7 +75,8 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
     for flag, kwargs in _OPTIONS:
         prep.add_argument(flag, **kwargs)
     dl = sub.add_parser("download", help="fetch a public release, checking its SHA-256")
-    dl.add_argument("name", choices=sorted(SOURCES))
+    dl.add_argument("name", choices=_LazyNames("raymm.data.download", "SOURCES"),
+                    metavar="NAME", help="public release: %(choices)s")
     dl.add_argument("--out", default=None, metavar="DIR", help="folder (default: $RAYMM_DATA)")
     dl.add_argument("--sha256", default=None, help="expected SHA-256 (overrides the registry's)")
     dl.add_argument("--url", default=None, help="fetch from this mirror instead")

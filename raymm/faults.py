@@ -39,3 +39,19 @@ def stragglers(spec: FaultSpec, seconds: np.ndarray) -> np.ndarray:
     if spec.deadline_seconds is None:
         return np.zeros(seconds.shape[0], dtype=bool)
     return seconds > spec.deadline_seconds
+
+
+def summary_line(row: dict) -> str | None:
+    """One line for a round that had faults (None for a clean round): what the run lost."""
+    parts = []
+    if row.get("actors_killed"):
+        parts.append(f"{row['actors_killed']} device host(s) died ({row.get('lost', 0)} "
+                     "selected devices lost)")
+    if row.get("failed"):
+        parts.append(f"{row['failed']} device(s) crashed")
+    if row.get("stragglers"):
+        parts.append(f"{row['stragglers']} straggler(s) past the deadline")
+    if not parts:
+        return None
+    return f"round {row['round']}: " + ", ".join(parts) + \
+        f"; {row.get('participated', 0)} of {row.get('selected', 0)} selected contributed"

@@ -10,6 +10,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+def _umask() -> int:
+    mask = os.umask(0o22)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_output(dest: Path) -> Iterator[BinaryIO]:
     """Yields a binary file open on a hidden `.part` temp file beside `dest`; when the block
@@ -19,6 +25,9 @@ def atomic_output(dest: Path) -> Iterator[BinaryIO]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
+        # mkstemp makes the file 0600; a run's files get the mode any new file would (0644
+        # under the usual umask), like TensorBoard's events file beside them
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()

@@ -27,10 +27,16 @@ from raymm.policy import DeviceFinish, LossInputs, Objective
 
 def build_model(dataset: Dataset, spec: ModelSpec, seed: int) -> MultimodalNet:
     """The same initial weights in every process: built under a fixed torch seed."""
+    return build_net(dataset.sensors, {m: dataset.sensor_shape(m) for m in dataset.sensors},
+                     dataset.num_classes, spec, seed)
+
+
+def build_net(sensors: tuple[str, ...], shapes: dict[str, tuple[int, ...]], num_classes: int,
+              spec: ModelSpec, seed: int) -> MultimodalNet:
+    """`build_model` from the dataset's shapes alone (`raymm.load_model` has no dataset)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seeding.torch_seed(seed, seeding.SETUP, seeding.SERVER, "model"))
-        shapes = {m: dataset.sensor_shape(m) for m in dataset.sensors}
-        return MultimodalNet(dataset.sensors, shapes, dataset.num_classes, spec)
+        return MultimodalNet(tuple(sensors), shapes, num_classes, spec)
 
 
 def flops_per_sample(model: MultimodalNet, dataset: Dataset) -> float:

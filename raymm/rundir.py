@@ -15,17 +15,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from raymm.files import atomic_output
+from raymm.safety import dump_yaml
 
 GIB = float(1 << 30)
 
 
 def new_run_dir(root: str | Path, name: str) -> Path:
     """`root/<name>-<YYYYmmdd-HHMMSS>`, with a numeric suffix if that exists already."""
+    from raymm.errors import RaymmError
+    from raymm.safety import inside, name_problems
+
+    if name_problems(name):  # validation refuses these first; a direct caller gets this
+        raise RaymmError(name_problems(name)[0])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(root) / f"{name}-{stamp}"
+    if not inside(Path(root), base):
+        raise RaymmError(f"run directory {base} would not be inside {root}")
     path, i = base, 1
     while path.exists():
         path = base.with_name(f"{base.name}-{i}")
@@ -76,7 +83,7 @@ class RunWriter:
         self.budget_gib = budget_gib  # marked (B and B/2) on the accuracy-vs-traffic picture
         if config is not None:
             atomic_write_bytes(path / "config.yaml",
-                               yaml.safe_dump(config, sort_keys=False).encode())
+                               dump_yaml(config).encode())
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from raymm.safety import INT_BOUNDS, MAX_DATA_VALUES, MAX_MODEL_PARAMS, NAME_MAX
 from raymm.config import Scenario
 
 
@@ -112,7 +113,19 @@ def render() -> str:
            "Generated from `raymm/config.py` by `python -m raymm.schema_doc`; do not edit by "
            "hand. Unknown keys are errors. Policy sections (`selection`, `aggregation`, "
            "`schedule`, `objective`) take `name` plus that policy's own parameters; "
-           "`method:` names a preset whose values the scenario overrides.", ""]
+           "`method:` names a preset whose values the scenario overrides.", "",
+           "Rules no type below expresses (`raymm/safety.py`), checked with the rest: `name` "
+           f"uses letters, digits, `.`, `_` and `-`, starts with a letter or digit and has at "
+           f"most {NAME_MAX} characters; every number is finite (no `.inf`/`.nan`) and an "
+           "integer fits int64; `true`/`false` or quoted text (`'3'`, `'inf'`) is never a "
+           "number, while `1e-3` is one (as in YAML 1.2); the `fraction`s of "
+           "`population.tiers`, `population.availability` and `population.hardware` add up to "
+           "1 (within 1e-6); `tiers`, when given, has at least one tier; a key appears once per "
+           "mapping; sizes are bounded ("
+           + ", ".join(f"`{'.'.join(k)}` ≤ {v:,}" for k, v in INT_BOUNDS.items()
+                       if k[0] in ("rounds", "population", "dataset", "model"))
+           + f"; a model of at most {MAX_MODEL_PARAMS:,} parameters and generated data of at "
+           f"most {MAX_DATA_VALUES:,} values).", ""]
     _section(Scenario, "", out)
     out += _policy_params()
     return "\n".join(out).rstrip() + "\n"

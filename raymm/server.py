@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raymm import seeding
+from raymm import divergence, seeding
 from raymm.accounting import comm_seconds, downlink_bytes
 from raymm.config import Scenario
 from raymm.data.base import Dataset
@@ -140,11 +140,16 @@ class Server:
             batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
         self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
-        agg_stats: dict[str, float] = {}
+        agg_stats: dict[str, Any] = {}
         if batch.n:
-            self.params = self.policies.aggregator.aggregate(self.params, batch, ctx)
+            merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
             report = getattr(self.policies.aggregator, "round_stats", None)
             agg_stats = report() if report is not None else {}
+            bad = divergence.diverged(batch.device_ids, batch.loss, merged)
+            if bad is None:
+                self.params = merged
+            else:  # keep the last finite model; the run stops after this round
+                agg_stats[divergence.KEY] = bad
         observe = getattr(self.policies.schedule, "observe", None)
         if plan.report and observe is not None:
             observe(ModalityReport(t, batch.device_ids, batch.num_samples, batch.reports.get(

@@ -19,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raymm.errors import ScenarioError
+from raymm.errors import RaymmError, ScenarioError
 from raymm.metrics import acc_at_budget
 from raymm.rundir import atomic_write_bytes, atomic_write_table
 
 #: per-run columns of the comparison table
-COLUMNS = ("scenario", "seed", "method", "final", "acc_at_budget", "acc_at_half_budget",
+COLUMNS = ("scenario", "seed", "method", "final", "best", "acc_at_budget", "acc_at_half_budget",
            "tier_f1", "worst_drop", "worst_drop_sensor", "gib_total", "final_personal_accuracy",
            "rounds_completed", "best_round", "fall_after_best", "wall_seconds_per_round",
            "run_dir")
@@ -40,10 +40,11 @@ class Comparison:
 def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
     """One table row from a finished run directory; Acc@B recomputed for `budget_gib`."""
     d = Path(run_dir)
-    summary = json.loads((d / "summary.json").read_text())
-    rows = pq.read_table(d / "rounds.parquet").to_pylist()
+    summary, rows = read_run(d)
     rec = {k: summary.get(k) for k in COLUMNS}
-    rec.update(scenario=summary["name"], final=summary.get("best_accuracy"), run_dir=str(d))
+    # Final is the last evaluation's accuracy, Best the highest of any evaluation
+    rec.update(scenario=summary["name"], final=summary.get("final_accuracy"),
+               best=summary.get("best_accuracy"), run_dir=str(d))
     # how far the curve fell from its best by the run's end: an early peak and a fall (e.g. a
     # global model trained on something other than what is evaluated) shows up here
     accs = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
@@ -52,6 +53,26 @@ def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
         rec["acc_at_budget"] = acc_at_budget(rows, budget_gib)
         rec["acc_at_half_budget"] = acc_at_budget(rows, budget_gib / 2)
     return rec
+
+
+def read_run(d: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """summary.json and rounds.parquet of a finished run; a damaged one is a RaymmError
+    naming the file, not a traceback."""
+    try:
+        summary = json.loads((d / "summary.json").read_text())
+        if not isinstance(summary, dict) or not isinstance(summary.get("name"), str):
+            raise ValueError("not a raymm summary (no name)")
+        for key in ("final_accuracy", "best_accuracy", "gib_total", "seed"):
+            v = summary.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"{key} is {v!r}, not a number")
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RaymmError(f"compare: {d / 'summary.json'} is unreadable: {exc}") from None
+    try:
+        rows = pq.read_table(d / "rounds.parquet").to_pylist()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise RaymmError(f"compare: {d / 'rounds.parquet'} is unreadable: {exc}") from None
+    return summary, rows
 
 
 def resolve_budget(records: list[dict[str, Any]], budget_gib: float | None,
@@ -90,17 +111,19 @@ def _pct(values: list[Any], scale: float = 100.0, digits: int = 2) -> str:
 def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
     """Mean ± sample std over the runs of each scenario name (normally one per seed), in the
     order first seen."""
-    head = ("| scenario | runs | Final (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 | drop Δ (pts) "
-            "| worst sensor | GiB | personal (%) | rounds | best round | fall after best (pts) "
-            "| s/round |")
-    lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set", "", head,
-             "|" + "---|" * 14]
+    head = ("| scenario | runs | Final (%) | Best (%) | Acc@B (%) | Acc@B/2 (%) | tier F1 "
+            "| drop Δ (pts) | worst sensor | GiB | personal (%) | rounds | best round "
+            "| fall after best (pts) | s/round |")
+    lines = [f"B = {budget:.4g} GiB" if budget is not None else "B not set",
+             "Final: accuracy at the last evaluation; Best: the highest of any evaluation", "",
+             head, "|" + "---|" * 15]
     for name in dict.fromkeys(r["scenario"] for r in records):
         rs = [r for r in records if r["scenario"] == name]
         col = lambda k: [r.get(k) for r in rs]  # noqa: E731
         sensors = ", ".join(sorted({str(s) for s in col("worst_drop_sensor") if s}))
         lines.append(
-            f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('acc_at_budget'))} | "
+            f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('best'))} | "
+            f"{_pct(col('acc_at_budget'))} | "
             f"{_pct(col('acc_at_half_budget'))} | {_pct(col('tier_f1'), 1.0, 3)} | "
             f"{_pct(col('worst_drop'))} | {sensors or '–'} | {_pct(col('gib_total'), 1.0, 3)} "
             f"| {_pct(col('final_personal_accuracy'))} "

@@ -16,6 +16,8 @@ from raymm.data import DATASETS
 from raymm.errors import ScenarioError
 from raymm.exchange import aggregator_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
+from raymm.safety import (bound_problems, data_size_problem, fraction_problems, name_problems,
+                          number_type_problems, special_file_problem, value_problems)
 
 POLICY_SECTIONS: dict[str, Registry[Any]] = {
     "selection": SELECTORS, "aggregation": AGGREGATORS, "schedule": SCHEDULES,
@@ -31,7 +33,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     on the raw (preset-merged) mapping, so a typo in one section never hides a mistake in another.
     """
     merged = merge_preset(raw, presets, source)
-    problems: list[str] = []
+    problems: list[str] = safety_problems(merged)
     try:
         sc: Scenario | None = Scenario.model_validate(merged)
     except ValidationError as exc:
@@ -53,6 +55,22 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
     return sc
+
+
+def safety_problems(merged: Mapping[str, Any]) -> list[str]:
+    """Checks the schema's types cannot express (raymm.safety): a safe run name, finite
+    numbers within int64 and this simulator's bounds, no boolean or quoted text for a number,
+    fractions that cover the population, at least one tier."""
+    problems = name_problems(merged.get("name"))
+    problems += value_problems(dict(merged)) + bound_problems(merged)
+    problems += number_type_problems(Scenario, merged)
+    for section, registry in POLICY_SECTIONS.items():
+        spec = merged.get(section)
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str) and \
+                spec["name"] in registry:
+            problems += number_type_problems(registry.params_model(spec["name"]), spec,
+                                             f"{section}.")
+    return problems + fraction_problems(merged.get("population"))
 
 
 def _check_k(selection: Any, population: Mapping[str, Any]) -> list[str]:
@@ -140,10 +158,16 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
     except ValidationError as exc:
         problems += [f"dataset.{p}" for p in format_validation_error(exc)]
         return None
+    problems += number_type_problems(loader.Params, spec, "dataset.")
     for path in loader.required_files(params):
         if not path.exists():
             problems.append(f"dataset.path: data file not found: {path} (relative paths are "
                             "resolved under $RAYMM_DATA, else the working directory)")
+        elif (problem := special_file_problem(path, "dataset.path")) is not None:
+            problems.append(problem)
+    size = data_size_problem(name, params)
+    if size is not None:
+        problems.append(size)
     return tuple(loader.sensors(params))
 
 
@@ -171,6 +195,11 @@ def _check_sensors(pop: Mapping[str, Any], model: Any, sensors: tuple[str, ...],
         if bad:
             problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, bad))} not in "
                             f"dataset {dataset!r}; its sensors are: {', '.join(sensors)}")
+        twice = sorted({m for m in listed if isinstance(m, str) and listed.count(m) > 1}) \
+            if isinstance(listed, list) else []
+        if twice:
+            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, twice))} "
+                            "listed more than once")
     encoders = model.get("encoders") if isinstance(model, dict) else None
     bad = [m for m in encoders if m not in sensors] if isinstance(encoders, dict) else []
     if bad:

@@ -93,9 +93,16 @@ def resolve_data_path(path: str | os.PathLike[str]) -> Path:
 
 
 def require_file(path: Path, what: str) -> Path:
+    """`path` if it is a file or folder to read; a FIFO or device (reading one blocks or never
+    ends) or a missing path is a DataError."""
+    from raymm.safety import special_file_problem
+
     if not path.exists():
         hint = "" if "RAYMM_DATA" in os.environ else " (set RAYMM_DATA to the data folder)"
         raise DataError(f"{what}: file not found: {path}{hint}")
+    problem = special_file_problem(path, what)
+    if problem:
+        raise DataError(problem)
     return path
 
 
@@ -107,10 +114,38 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
     """`np.load(path, allow_pickle=False)` when it is an .npz archive (use it as a context
     manager); a DataError naming the file otherwise: a pickle, a truncated or foreign file, or
     a single `.npy` array, which np.load returns as a plain array."""
+    require_file(path, "dataset")
     try:
         z = np.load(path, allow_pickle=False)
     except _NPZ_ERRORS as e:
         raise DataError(f"{path}: unreadable or corrupt .npz ({type(e).__name__}: {e})") from e
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise DataError(f"{path}: not an .npz archive (it holds a single array)")
+    try:
+        _check_member_sizes(z, path)
+    except BaseException:
+        z.close()
+        raise
     return z
+
+
+def _check_member_sizes(z: np.lib.npyio.NpzFile, path: Path) -> None:
+    """Every array's header must fit its member: numpy allocates what a header claims before
+    reading, so a forged header (a 1.4 TiB array in a few bytes) would exhaust memory."""
+    from numpy.lib import format as npy
+
+    for info in z.zip.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        try:
+            with z.zip.open(info) as f:
+                version = npy.read_magic(f)
+                shape, _, dtype = (npy.read_array_header_1_0(f) if version == (1, 0)
+                                   else npy.read_array_header_2_0(f))
+                header = f.tell() if f.seekable() else 0
+        except _NPZ_ERRORS as e:
+            raise DataError(f"{path}: {info.filename}: unreadable array header ({e})") from e
+        claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if claimed > info.file_size - header:
+            raise DataError(f"{path}: {info.filename} claims {claimed:,} bytes of data but holds "
+                            f"{info.file_size - header:,}: the file is corrupt or forged")

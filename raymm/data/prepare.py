@@ -98,6 +98,11 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
     if not source.exists():
         raise DataError(f"prepare {name}: --from path not found: {source} "
                         f"(expected {conv.expects})")
+    from raymm.safety import special_file_problem
+
+    problem = special_file_problem(source, f"prepare {name}: --from")
+    if problem:  # /dev/zero never ends: reading it filled memory until the kernel stepped in
+        raise DataError(f"{problem} (expected {conv.expects})")
     dest = Path(out).expanduser() if out is not None else resolve_data_path(conv.default_file)
     if dest.is_dir():
         dest = dest / conv.default_file
@@ -649,12 +654,30 @@ MOSEI_LABEL_RULES = {2: "1 if sentiment >= 0 else 0",
                      7: "clip(round_half_even(sentiment), -3, 3) + 3"}
 
 
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles containers of numpy arrays and nothing else. A pickle names the callables it
+    runs while loading; a release file from the web is not trusted to name only these."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"),
+               ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray",
+                                                           "_reconstruct"),
+               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+               ("collections", "OrderedDict"), ("builtins", "set"),
+               ("builtins", "frozenset"), ("builtins", "bytearray")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing {module}.{name}: only numpy arrays and plain "
+                                     "containers are read from a release pickle")
+
+
 def _load_pickle(path: Path) -> Any:
     """The common aligned pickles were written by Python 2 tools too, hence the latin1 retry."""
     for kw in ({}, {"encoding": "latin1"}):
         try:
             with open(path, "rb") as f:
-                return pickle.load(f, **kw)
+                return _ArrayUnpickler(f, **kw).load()
         except UnicodeDecodeError:
             continue
         except Exception as e:  # noqa: BLE001  any unpickling failure is a bad file here

@@ -40,7 +40,7 @@ def resume_from_round_3(tmp_path, ref):
     """Copy a finished run, keep only its round-3 checkpoint, resume it."""
     copy = tmp_path / "copy"
     shutil.copytree(ref.run_dir, copy)
-    (copy / "checkpoints" / "round-000006.pkl").unlink()
+    (copy / "checkpoints" / "round-000006.safetensors").unlink()
     assert load(copy).round == 3
     return run(resume=copy)
 
@@ -74,12 +74,17 @@ def test_resume_rejects_other_scenarios_and_non_runs(tmp_path, capsys):
     assert "not a raymm run directory" in capsys.readouterr().err
     assert main(["run", "--resume", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().err
-    (ref.run_dir / "checkpoints" / "round-000006.pkl").write_bytes(b"garbage")
+    ckpts = ref.run_dir / "checkpoints"
+    kept = (ckpts / "round-000003.safetensors").read_bytes()
+    (ckpts / "round-000006.safetensors").write_bytes(b"garbage")
+    (ckpts / "round-000003.safetensors").write_bytes(kept[:-10])
     assert main(["run", "--resume", str(ref.run_dir)]) == 2
-    assert "unreadable" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no checkpoint in" in err and "verifies" in err and "round-000003" in err
+    (ckpts / "round-000003.safetensors").write_bytes(kept)
     assert sorted(x.name for x in ref.run_dir.rglob("*")) == before  # nothing overwritten
     # execution and output may differ on resume
-    (ref.run_dir / "checkpoints" / "round-000006.pkl").unlink()
+    (ref.run_dir / "checkpoints" / "round-000006.safetensors").unlink()
     ok = run(scenario(), ["execution.devices_per_actor=2"], resume=ref.run_dir)
     assert ok.summary["rounds_completed"] == 7
 
@@ -94,7 +99,7 @@ def _spawn(path, out):
 def _wait_for_checkpoint(out, proc, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = list(out.glob("*/checkpoints/round-*.pkl"))
+        found = list(out.glob("*/checkpoints/round-*.safetensors"))
         if found:
             return found[0].parent.parent
         assert proc.poll() is None, proc.communicate()
@@ -150,5 +155,18 @@ def test_resume_fedmchain_with_cluster_models_and_kept_parameters(tmp_path):
               executor="serial")
     ck = load(ref.run_dir)
     assert any(isinstance(v, dict) for v in ck.hosts.values())  # kept parameters per device
+    res = resume_from_round_3(tmp_path, ref)
+    assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+def test_resume_scaffold_with_control_variates(tmp_path):
+    """SCAFFOLD keeps the server's control variate c (aggregator state) and each device's c_i
+    (device state): both come back exactly through the data-only checkpoint."""
+    raw = tiny_scenario(method="scaffold", rounds=7, **{
+        "eval.every": 2, "output.checkpoint_every": 3})
+    ref = run(raw, out=tmp_path)
+    ck = load(ref.run_dir)
+    assert ck.server["aggregator"]["c"] and ck.hosts
+    assert all(isinstance(v, dict) for v in ck.hosts.values())  # c_i per device
     res = resume_from_round_3(tmp_path, ref)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)

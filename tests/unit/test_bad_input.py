@@ -85,7 +85,8 @@ def test_mutated_scenarios_never_escape(raw, tmp_path, capsys):
                        "--no-progress", "--set", "rounds=1", "--set", "training.local_epochs=1"],
                       capsys)
     assert rc in (0, 2), err
-    if rc == 2:
+    if rc == 2 and "training diverged" not in err:
+        # a run that diverged (e.g. a large lr) stops with exit 2 and keeps its run directory
         assert not out.exists() or not any(out.iterdir())
 
 

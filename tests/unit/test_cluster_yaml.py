@@ -37,3 +37,18 @@ def test_cloud_config_has_head_and_worker_types():
 def test_onprem_config_uses_the_local_provider():
     raw = yaml.safe_load((REPO / "cluster-local.yaml").read_text())
     assert raw["provider"]["type"] == "local" and raw["provider"]["worker_ips"]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_token_file_is_private_on_every_node(name):
+    raw = yaml.safe_load((REPO / name).read_text())
+    assert "~/.ray/auth_token" in raw["file_mounts"]
+    assert raw["setup_commands"][0] == "chmod 600 ~/.ray/auth_token"
+
+
+def test_cloud_nodes_use_internal_ips_and_a_restricted_group():
+    raw = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    assert raw["provider"]["use_internal_ips"] is True
+    assert raw["provider"]["security_group"]["GroupName"]
+    assert "0.0.0.0/0" not in (REPO / "cluster.yaml").read_text()
+    assert "--dashboard-host" not in (REPO / "cluster.yaml").read_text()  # localhost only

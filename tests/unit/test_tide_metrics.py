@@ -78,8 +78,9 @@ def test_tracker_budget_and_early_stopping() -> None:
 def fake_run(root: Path, name: str, seed: int, rows: list[dict], gib: float) -> Path:
     d = root / f"{name}-{seed}"
     d.mkdir()
-    summary = {"name": name, "seed": seed, "method": "m", "best_accuracy": max(
-        r["accuracy"] for r in rows if "accuracy" in r), "gib_total": gib,
+    accs = [r["accuracy"] for r in rows if "accuracy" in r]
+    summary = {"name": name, "seed": seed, "method": "m", "final_accuracy": accs[-1],
+               "best_accuracy": max(accs), "gib_total": gib,
         "rounds_completed": rows[-1]["round"], "wall_seconds_per_round": 0.5,
         "tier_f1": 0.5, "worst_drop": 0.1, "worst_drop_sensor": "a"}
     (d / "summary.json").write_text(json.dumps(summary))
@@ -100,8 +101,9 @@ def test_compare_with_a_budget_from_one_scenario(tmp_path: Path) -> None:
     pq_path, md_path = write_comparison(comp, tmp_path / "out")
     assert pq.read_table(pq_path).column("acc_at_budget").to_pylist() == [0.7, 0.7, 0.8]
     md = md_path.read_text()
-    assert "| tide | 2 | 70.00 ± 0.00 | 70.00 ± 0.00 | 50.00 ± 0.00 |" in md
-    assert "| fedavg | 1 | 80.00 | 80.00 | – |" in md
+    # Final is the last evaluation (0.6 at round 30), Best the highest (0.7 at round 20)
+    assert "| tide | 2 | 60.00 ± 0.00 | 70.00 ± 0.00 | 70.00 ± 0.00 | 50.00 ± 0.00 |" in md
+    assert "| fedavg | 1 | 80.00 | 80.00 | 80.00 | – |" in md
     assert "| 1.500 ± 0.707 |" in md  # GiB over the two tide seeds
     # best 0.7 at round 20, 0.6 at the last evaluation: a fall of 10 points; none for fedavg
     assert [round(r["fall_after_best"], 12) for r in comp.runs] == [0.1, 0.1, 0.0]
