@@ -50,9 +50,11 @@ def mutated(draw):
             del parent[path[-1]]
         elif action == "add" and isinstance(parent, dict):
             parent[draw(st.sampled_from(["extra", "k", "name", "sensors", "alpha"]))] = \
-                draw(VALUES)
+                copy.deepcopy(draw(VALUES))
         else:
-            parent[path[-1]] = draw(VALUES)
+            # a copy: the sampled lists and dicts are shared objects, and putting one inside
+            # itself (a later edit below it) made a cycle, and changed VALUES for later examples
+            parent[path[-1]] = copy.deepcopy(draw(VALUES))
         if not isinstance(raw, dict):
             break
     return raw
