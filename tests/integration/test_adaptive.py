@@ -45,7 +45,7 @@ def assert_same_run(a, b) -> None:  # noqa: ANN001
 def resume_from_round_3(tmp_path: Path, ref) -> object:  # noqa: ANN001
     copy = tmp_path / "copy"
     shutil.copytree(ref.run_dir, copy)
-    for later in sorted((copy / "checkpoints").glob("round-*.pkl"))[1:]:
+    for later in sorted((copy / "checkpoints").glob("round-*.safetensors"))[1:]:
         later.unlink()
     assert load(copy).round == 3
     return run(resume=copy)

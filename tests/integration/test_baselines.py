@@ -56,7 +56,7 @@ def test_resume_is_exact(method: str, tmp_path: Path) -> None:
     for keep in (3, 6):              # harmony: before its fusion stage (round 6) and within
         copy = tmp_path / f"from{keep}"
         shutil.copytree(ref.run_dir, copy)
-        for ck in (copy / "checkpoints").glob("round-*.pkl"):
+        for ck in (copy / "checkpoints").glob("round-*.safetensors"):
             if int(ck.stem.split("-")[1]) != keep:
                 ck.unlink()
         assert load(copy).round == keep
