@@ -17,7 +17,7 @@ def __getattr__(name: str):  # lazy, so `import raymm` stays cheap (no torch imp
 
         return run
     if name == "load_scenario":
-        from raymm.config import load_scenario
+        from raymm.api import load_scenario
 
         return load_scenario
     if name == "load_model":
