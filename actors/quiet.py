@@ -7,6 +7,7 @@ Ray's own log files stay in its session folder (/tmp/ray/session_latest/logs) ei
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -19,9 +20,9 @@ def verbose() -> bool:
     return os.environ.get("RAYMM_VERBOSE", "") not in ("", "0")
 
 
-def ray_logging_level() -> str:
+def ray_logging_level() -> int:
     """For ray.init: Ray's token-authentication notice is a warning on every start."""
-    return "WARNING" if verbose() else "ERROR"
+    return logging.WARNING if verbose() else logging.ERROR
 
 
 def quiet_ray() -> None:

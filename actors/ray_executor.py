@@ -98,7 +98,9 @@ class RayExecutor:
         pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
         # kept alive for the whole run: a restarted actor re-reads its constructor arguments
         self._shared = ([pop_ref], [data_ref], world.host_spec)
-        self.server = ServerActor.options(num_cpus=0).remote(
+        # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
+        # classes ray.actor.ActorClass, which has `options`
+        self.server = ServerActor.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             world.scenario, [data_ref], [pop_ref], world.policies)
         per, n = self.packing.devices_per_actor, world.population.n
         self.blocks = [np.arange(s, min(s + per, n)) for s in range(0, n, per)]
@@ -107,9 +109,9 @@ class RayExecutor:
     def _new_actor(self, ids: np.ndarray) -> Any:
         a = self.execution.actor
         with driver_stderr_captured():
-            return DeviceActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus,
-                                       resources=dict(a.resources),
-                                       max_restarts=a.max_restarts).remote(ids, *self._shared)
+            return DeviceActor.options(  # type: ignore[attr-defined]  # see start()
+                num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
+                max_restarts=a.max_restarts).remote(ids, *self._shared)
 
     def poll(self, t: int) -> list[Any]:
         """The actors' reports, as references: they go straight into the server's plan."""

@@ -187,7 +187,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             wall_before + time.perf_counter() - t0, dict(writer.selected)),
             sc.output.keep_checkpoints)
 
-    diverged: list[Any] = []  # (round, devices) once training produced non-finite numbers
+    # (round, devices) once training produced non-finite numbers
+    diverged: list[tuple[int, list[int]]] = []
     with StopOnInterrupt() as stop:
         def on_round(row: dict[str, Any]) -> bool:
             bad = row.pop(divergence.KEY, None)
@@ -228,7 +229,8 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     writer.write_summary(summary)
     writer.close()
     if diverged:
-        raise divergence.TrainingDiverged(*diverged[0], sc, writer.path)
+        round_, devices = diverged[0]
+        raise divergence.TrainingDiverged(round_, devices, sc, writer.path)
     if stop.requested and last < sc.rounds:
         raise Interrupted(writer.path, last)
     params = {g: np.asarray(v) for g, v in state["params"].items()}

@@ -240,7 +240,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                       flush=True)
         bares = [r["steady_s"] for r in runs["bare_loop"]]
         base = min(bares)
-        for impl, rs in runs.items():
+        for rs in runs.values():
             best = min(rs, key=lambda r: r["steady_s"])
             paired = sorted(r["steady_s"] / b for r, b in zip(rs, bares))
             rows.append({"N": n, "K": k, **best, "ratio": best["steady_s"] / base,

@@ -127,9 +127,9 @@ def device_metrics(parts: list[DeviceEval], tier: np.ndarray,
     for m, a in zip(sensors, per):
         out[f"acc_sensor/{m}"] = a
     out["mir"] = modality_imbalance_ratio(per)
-    for k, c in ev.extra_correct.items():
+    for what, c in ev.extra_correct.items():
         has = ok & (c >= 0)
-        out[f"acc_{k}"] = _mean(c[has] / n[has])
+        out[f"acc_{what}"] = _mean(c[has] / n[has])
     out["devices_evaluated"] = int(ok.sum())
     return out
 

@@ -198,15 +198,15 @@ class DeviceHost:
         use_adapter = bool(self.spec.objective.uses_adapter and LOCAL in tr.layout.slots)
         predict = getattr(self.spec.objective, "eval_predict", None)
         extras = {k: torch.from_numpy(v) for k, v in payload.extras.items()}
-        rows = []
+        # per device: (test samples, correct, summed loss, correct per sensor, extra correct)
+        rows: list[tuple[int, int, float, np.ndarray, dict[str, int]]] = []
         for dev in self.ids.tolist():
             idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
             held = self.pop.sensor_mask[dev]
             vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev,
                                             self.device_state.get(dev, {}), tr.initial)
             if use_adapter:
-                local = self.local_state.get(dev)
-                vectors[LOCAL] = local if local is not None else tr.initial_local
+                vectors[LOCAL] = tr.adapter_start(self.local_state.get(dev))
             if idx.shape[0] == 0:
                 rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64), {}))
                 continue

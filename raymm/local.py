@@ -104,7 +104,7 @@ class LocalTrainer:
         use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
         split = use_adapter and bool(getattr(self.objective, "split_adapter", False))
         if use_adapter:
-            layout.load(model, {LOCAL: local if local is not None else self.initial_local})
+            layout.load(model, {LOCAL: self.adapter_start(local)})
         names = set(layout.names(groups + ([LOCAL] if use_adapter else [])))
         params = layout.params(model)
         for name, p in params.items():
@@ -131,8 +131,8 @@ class LocalTrainer:
         losses = []
         for _ in range(self.training.local_epochs):
             perm = torch.randperm(n, generator=gen)
-            for start in range(0, n, bs):
-                b = perm[start:start + bs]
+            for lo in range(0, n, bs):
+                b = perm[lo:lo + bs]
                 xb = {m: x[b] for m, x in xs.items()}
                 present = held_t.expand(b.shape[0], -1)
                 augment = getattr(self.objective, "augment", None)
@@ -199,7 +199,15 @@ class LocalTrainer:
             out[g] = torch.cat(parts).numpy().astype(np.float32)
         return out
 
-    def _optimizer(self, params: list[torch.nn.Parameter]) -> LocalOptimizer:
+    def adapter_start(self, kept: np.ndarray | None) -> np.ndarray:
+        """A device's residual adapter: the one it kept, else the model's initial one."""
+        if kept is not None:
+            return kept
+        if self.initial_local is None:
+            raise ValueError("this model has no device-local adapter (model.adapter: false)")
+        return self.initial_local
+
+    def _optimizer(self, params: Sequence[torch.Tensor]) -> LocalOptimizer:
         t = self.training
         if t.optimizer == "adam":
             return InPlaceAdam(params, t.lr, t.weight_decay)
@@ -219,9 +227,9 @@ class InPlaceSGD:
     without the optimizer object: for the small models of simulated devices, building a torch
     optimizer per device and round and running its step hooks cost more than the arithmetic."""
 
-    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float = 0.0,
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
-        self.params = params
+        self.params = list(params)
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.buffers: list[torch.Tensor | None] = [None] * len(params)
 
@@ -250,9 +258,9 @@ class InPlaceAdam:
     optimizer time. As in torch, a parameter without a gradient is skipped and keeps its own
     step count (its bias correction counts only the steps it took)."""
 
-    def __init__(self, params: list[torch.Tensor], lr: float, weight_decay: float = 0.0,
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        self.params = params
+        self.params = list(params)
         self.lr, self.weight_decay, self.betas, self.eps = lr, weight_decay, betas, eps
         self.m = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
         self.v = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
@@ -278,7 +286,7 @@ class InPlaceAdam:
         """torch.optim.adam._multi_tensor_adam's arithmetic (capturable=False)."""
         b1, b2 = self.betas
         if self.weight_decay:
-            grads = torch._foreach_add(grads, params, alpha=self.weight_decay)
+            grads = list(torch._foreach_add(grads, params, alpha=self.weight_decay))
         torch._foreach_lerp_(m, grads, 1 - b1)
         torch._foreach_mul_(v, b2)
         torch._foreach_addcmul_(v, grads, grads, 1 - b2)

@@ -6,6 +6,7 @@ Implementations live in the `policies` package (one small class per file, regist
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -160,7 +161,7 @@ class LossInputs:
     y: Tensor
     present: Tensor                     # float [B, M]: sensor present in this sample
     held: tuple[str, ...]               # sensors the device holds
-    trainable: dict[str, Tensor]        # parameter name -> live parameter being trained
+    trainable: Mapping[str, Tensor]     # parameter name -> live parameter being trained
     anchor: dict[str, Tensor]           # parameter name -> value received this round
     extras: dict[str, Tensor] = field(default_factory=dict)  # server extras, as tensors
     round: int = 0

@@ -24,14 +24,17 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._classes: dict[str, type] = {}
+        self._params: dict[str, type[BaseModel]] = {}
 
     def register(self, name: str) -> Callable[[type], type]:
         def deco(cls: type) -> type:
             if name in self._classes and self._classes[name] is not cls:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
-            if not hasattr(cls, "Params"):
-                cls.Params = NoParams  # type: ignore[attr-defined]
+            # a class without parameters takes (and is given, as its `Params`) the empty model
+            model: type[BaseModel] = getattr(cls, "Params", NoParams)
+            cls.Params = model  # type: ignore[attr-defined]
             self._classes[name] = cls
+            self._params[name] = model
             return cls
 
         return deco
@@ -49,11 +52,10 @@ class Registry(Generic[T]):
         return self._classes[name]
 
     def params_model(self, name: str) -> type[BaseModel]:
-        return self._classes[name].Params  # type: ignore[no-any-return]
+        return self._params[name]
 
     def build(self, name: str, params: BaseModel | dict[str, Any] | None = None) -> T:
-        cls = self._classes[name]
-        model = cls.Params
+        cls, model = self._classes[name], self._params[name]
         if params is None:
             params = model()
         elif isinstance(params, dict):

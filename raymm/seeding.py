@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 #: Round index used for draws made once, before round 1 (population building, model init).
@@ -98,7 +99,7 @@ class _HashConst:
         return words ^ (words >> _SHIFT)
 
 
-def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _mix(x: npt.NDArray[np.uint32], y: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
     r = _MIX_L * x - _MIX_R * y
     return r ^ (r >> _SHIFT)
 

@@ -119,7 +119,9 @@ def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
              head, "|" + "---|" * 15]
     for name in dict.fromkeys(r["scenario"] for r in records):
         rs = [r for r in records if r["scenario"] == name]
-        col = lambda k: [r.get(k) for r in rs]  # noqa: E731
+        def col(k: str, rs: list[dict[str, Any]] = rs) -> list[Any]:
+            return [r.get(k) for r in rs]
+
         sensors = ", ".join(sorted({str(s) for s in col("worst_drop_sensor") if s}))
         lines.append(
             f"| {name} | {len(rs)} | {_pct(col('final'))} | {_pct(col('best'))} | "

@@ -41,7 +41,8 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems += format_validation_error(exc)
     problems += _check_policies(merged, sc)
     sensors = _check_dataset(merged.get("dataset"), problems)
-    pop = merged.get("population") if isinstance(merged.get("population"), dict) else {}
+    raw_pop = merged.get("population")
+    pop: Mapping[str, Any] = raw_pop if isinstance(raw_pop, dict) else {}
     if sensors is not None:
         problems += _check_sensors(pop, merged.get("model"), sensors,
                                    (merged.get("dataset") or {"name": "synthetic"})["name"])

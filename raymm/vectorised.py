@@ -49,13 +49,13 @@ A bucket keeps its Python structure fixed; pure torch code is what vmap needs --
 
 Falls back to the sequential path, with the reason logged (once per host), when the objective
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
-whose lock-step run raises (e.g. `device_tensors` of different shapes across devices) (its devices then train sequentially, so a crashing device is still
-recorded as that device's failure).
+whose lock-step run raises (e.g. `device_tensors` of different shapes across devices) (its
+devices then train sequentially, so a crashing device is still recorded as that device's
+failure).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from collections.abc import Callable
@@ -278,7 +278,7 @@ class VectorisedTrainer:
                self.received[g] if g in self.received else self.fallback[g]
                for g in self.layout.slots}
         if use_adapter:
-            src[LOCAL] = r.local if r.local is not None else self.base.initial_local
+            src[LOCAL] = self.base.adapter_start(r.local)
         return src
 
     def _initial(self, sources: list[dict[str, np.ndarray]], names: list[str]

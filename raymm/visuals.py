@@ -14,14 +14,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 MAX_ROWS = 200  # devices drawn in per-device pictures; more would not be readable
 
 
 def to_image(fig: Figure) -> np.ndarray:
-    fig.canvas.draw()
-    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    canvas = fig.canvas
+    assert isinstance(canvas, FigureCanvasAgg), "matplotlib.use('Agg') above"
+    canvas.draw()
+    img = np.asarray(canvas.buffer_rgba())[..., :3].copy()
     plt.close(fig)
     return img
 
@@ -44,7 +47,8 @@ def label_heatmap(counts: np.ndarray, class_names: Sequence[str]) -> Figure:
     ax.set_xlabel("class")
     ax.set_ylabel("device")
     ax.set_xticks(range(counts.shape[1]))
-    ax.set_xticklabels([str(c)[:10] for c in class_names] or range(counts.shape[1]),
+    ax.set_xticklabels([str(c)[:10] for c in class_names]
+                       or [str(c) for c in range(counts.shape[1])],
                        rotation=45, ha="right", fontsize=7)
     ax.set_title("Training samples per device and class" + _rows_note(n), fontsize=9)
     fig.colorbar(im, ax=ax, label="samples")
@@ -90,7 +94,8 @@ def accuracy_vs_traffic(curves: dict[str, tuple[np.ndarray, np.ndarray]],
                         budget_gib: float | None = None) -> Figure:
     """Test accuracy against cumulative communication (GiB), one curve per run."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    colors = plt.get_cmap("tab20" if len(curves) > 10 else "tab10").colors
+    cmap = plt.get_cmap("tab20" if len(curves) > 10 else "tab10")
+    colors = [cmap(i) for i in range(cmap.N)]   # its 10 or 20 colours
     styles = ["-", "--", ":", "-."]
     for i, (name, (gib, acc)) in enumerate(curves.items()):
         ax.plot(gib, acc, marker=".", label=name, color=colors[i % len(colors)],

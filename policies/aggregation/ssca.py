@@ -33,7 +33,6 @@ Every step is vectorised over the flat vector; loops run over clusters only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 

@@ -81,6 +81,9 @@ class TideAggregation(FedAvg):
         self.prototypes: np.ndarray | None = None
         self.has_prototype: np.ndarray | None = None
         self._payload: tuple[int, dict[str, np.ndarray]] | None = None
+        # data weighting needs only weighted sums (hosts may pre-sum); evidence weighting
+        # compares every sender's aux loss, so it needs their rows
+        self.combinable = params.weighting == "data"
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
@@ -90,12 +93,6 @@ class TideAggregation(FedAvg):
                 self.prototypes, self.has_prototype, batch.extras["class_means"],
                 batch.extras["class_counts"], self.p.momentum)
         return out
-
-    @property
-    def combinable(self) -> bool:
-        """Data weighting needs only weighted sums (hosts may pre-sum); evidence weighting
-        compares every sender's aux loss, so it needs their rows."""
-        return self.p.weighting == "data"
 
     def weights(self, group: str, batch: UpdateBatch, ctx: AggregationContext
                 ) -> np.ndarray | None:

@@ -94,7 +94,8 @@ class MCFTStage:
             return sample_mean(ce, w)
         r_a = torch.stack([info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau,
                                     w) for p in prev]).mean()
-        e = complementarity_weights(sum(out.sensor_logits[p] for p in prev), inp.y)
+        prev_logits = [out.sensor_logits[p] for p in prev]
+        e = complementarity_weights(sum(prev_logits[1:], prev_logits[0]), inp.y)
         return (sample_mean(ce, w) + self.p.lambda_a * r_a
                 + self.p.lambda_c * sample_mean(e * ce, w))
 
@@ -111,8 +112,8 @@ class MCFTStage:
         count = sum(on[1:], on[0])
         r_a = sum(o * info_nce(out.embeddings[m], out.embeddings[p].detach(), self.p.tau, w)
                   for o, (_, p) in zip(on, others)) / torch.clamp(count, min=1.0)
-        e = complementarity_weights(sum(o * out.sensor_logits[p]
-                                        for o, (_, p) in zip(on, others)), inp.y)
+        weighed = [o * out.sensor_logits[p] for o, (_, p) in zip(on, others)]
+        e = complementarity_weights(sum(weighed[1:], weighed[0]), inp.y)
         gate = (count > 0).to(ce.dtype)   # 1[|P_m ∩ M_i| > 0]
         return sample_mean(ce, w) + gate * (self.p.lambda_a * r_a
                                             + self.p.lambda_c * sample_mean(e * ce, w))

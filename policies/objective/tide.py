@@ -31,6 +31,7 @@ nor candidates of L_cs), so `raymm.vectorised` trains TIDE devices in lock-step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -122,7 +123,7 @@ def prototype_loss(z: Tensor, y: Tensor, prototypes: Tensor, mask: Tensor,
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
 
-def prox_global(trainable: dict[str, Tensor], anchor: dict[str, Tensor]) -> Tensor:
+def prox_global(trainable: Mapping[str, Tensor], anchor: Mapping[str, Tensor]) -> Tensor:
     """||θ - θ[t]||² over the trained parameters that have a global value (not the adapter)."""
     terms = [((p - anchor[n]) ** 2).sum() for n, p in trainable.items()
              if not n.startswith("adapter.")]

@@ -227,7 +227,7 @@ class ModalityChain:
     def eligible(self, round: int, sensor_mask: np.ndarray,
                  sensors: tuple[str, ...]) -> np.ndarray:
         if self._kind(round) == PROBE:
-            return sensor_mask.any(axis=1)
+            return np.asarray(sensor_mask.any(axis=1))
         return sensor_mask[:, sensors.index(self.modality(round))].astype(bool)
 
     def phase(self, round: int) -> str:

@@ -28,6 +28,6 @@ class LeastSelected:
     def select(self, ctx: SelectionContext) -> np.ndarray:
         ids = ctx.eligible
         times = ctx.obs.times_selected[ids]
-        tie = ctx.rng.random(ids.shape[0]) if self.random_ties else ids
+        tie = ctx.rng.random(len(ids)) if self.random_ties else ids
         order = np.lexsort((tie, times))  # last key is primary: fewest selections first
         return np.sort(ids[order[: ctx.k]])

@@ -134,11 +134,13 @@ def _check_member_sizes(z: np.lib.npyio.NpzFile, path: Path) -> None:
     reading, so a forged header (a 1.4 TiB array in a few bytes) would exhaust memory."""
     from numpy.lib import format as npy
 
-    for info in z.zip.infolist():
+    archive = z.zip
+    assert archive is not None, "an NpzFile only lacks its zip once closed"
+    for info in archive.infolist():
         if not info.filename.endswith(".npy"):
             continue
         try:
-            with z.zip.open(info) as f:
+            with archive.open(info) as f:
                 version = npy.read_magic(f)
                 shape, _, dtype = (npy.read_array_header_1_0(f) if version == (1, 0)
                                    else npy.read_array_header_2_0(f))

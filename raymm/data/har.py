@@ -11,6 +11,7 @@ import warnings
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -69,7 +70,7 @@ def _read_npz(path: Path) -> tuple[dict[str, RawSplit], tuple[str, ...]]:
     return splits, names
 
 
-def _loadtxt(path: Path, dtype: type, ndmin: int) -> np.ndarray:
+def _loadtxt(path: Path, dtype: type[np.generic], ndmin: Literal[1, 2]) -> np.ndarray:
     require_file(path, "har")
     try:
         with warnings.catch_warnings():

@@ -116,7 +116,9 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
 def write_npz_atomic(path: Path, arrays: Arrays) -> None:
     """`np.savez_compressed` to a hidden temp file beside `path`, then rename over it."""
     with atomic_output(path) as f:
-        np.savez_compressed(f, **arrays)
+        # numpy's stub types **kwds beside `allow_pickle: bool`, so mypy wants every array to be
+        # a bool too; the arrays are named keyword arguments by design (the npz member names)
+        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
 
 
 def _summarize(path: Path, arrays: Arrays) -> PrepareResult:
@@ -362,8 +364,8 @@ def read_image(path: Path, size: int, rgb: bool) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            im = im.convert("RGB" if rgb else "L")
+        with Image.open(path) as src:
+            im = src.convert("RGB" if rgb else "L")
             w, h = im.size
             s = min(w, h)
             box = ((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s)
@@ -674,10 +676,10 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 def _load_pickle(path: Path) -> Any:
     """The common aligned pickles were written by Python 2 tools too, hence the latin1 retry."""
-    for kw in ({}, {"encoding": "latin1"}):
+    for encoding in ("ASCII", "latin1"):  # ASCII: pickle's own default
         try:
             with open(path, "rb") as f:
-                return _ArrayUnpickler(f, **kw).load()
+                return _ArrayUnpickler(f, encoding=encoding).load()
         except UnicodeDecodeError:
             continue
         except Exception as e:  # noqa: BLE001  any unpickling failure is a bad file here
@@ -784,8 +786,8 @@ def convert_cmu_mosei(src: Path, *, classes: int = 2, keep_time: bool = False,
         if len(set(per.values())) != 1:
             raise DataError(f"{path}: {m} feature shapes differ between splits: {per}")
     have_ids = all(r["id"] is not None for r in raw.values())
-    names = sorted({v for r in raw.values() for v in r["id"]}) if have_ids else []
-    group_ids = {v: i for i, v in enumerate(names)}
+    id_names = sorted({v for r in raw.values() for v in r["id"]}) if have_ids else []
+    group_ids = {v: i for i, v in enumerate(id_names)}
     parts, offset = {}, 0
     for sp, r in raw.items():
         n = r["y"].shape[0]

@@ -306,7 +306,8 @@ def _params(converter: str) -> type[ReleaseParams]:
     return Params
 
 
-_AV = {"audio": ("audio", "spectrogram"), "visual": ("visual", "image")}
+_AV: dict[str, tuple[str, Layout]] = {"audio": ("audio", "spectrogram"),
+                                      "visual": ("visual", "image")}
 
 
 @register_dataset("crema_d")

@@ -26,7 +26,7 @@ class SensorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dim: int = Field(ge=1)
     informativeness: float = Field(ge=0.0)
-    length: int | None = Field(None, ge=1)
+    length: int | None = Field(default=None, ge=1)
 
 
 def _default_sensors() -> dict[str, SensorSpec]:

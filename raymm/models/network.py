@@ -72,8 +72,10 @@ class MultimodalNet(nn.Module):
                 # residual adapter starts as the identity (z' = z): a random A(z) would shift the
                 # representation the shared head is trained on away from the adapter-free one
                 # the global model is evaluated with, for every device, from round 1
-                nn.init.zeros_(self.adapter[2].weight)
-                nn.init.zeros_(self.adapter[2].bias)
+                up = self.adapter[2]
+                assert isinstance(up, nn.Linear)
+                nn.init.zeros_(up.weight)
+                nn.init.zeros_(up.bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
 

@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.is_available() and not args.cpu_only
     res: dict[str, Any] = {"environment": environment(), "gpu": gpu}
-    print(f"GPU check ({'on ' + res['environment']['gpus'][0] if gpu else 'no GPU: CPU parts only'})",
-          flush=True)
+    where = "on " + res["environment"]["gpus"][0] if gpu else "no GPU: CPU parts only"
+    print(f"GPU check ({where})", flush=True)
     res["agreement"] = agreement(args.out, args.agree_rounds, args.tol, gpu)
     res["packing"] = packing(args.actors, gpu)
     res["timing"] = timing(args.sizes, args.rounds, args.out, gpu)

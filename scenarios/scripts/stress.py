@@ -7,9 +7,10 @@ idle device costs.
 For each scenario it prints (and writes to OUT/stress.json): devices, selected per round,
 rounds, steady seconds per round (rounds 2.., evaluation rounds included), peak memory
 (machine-wide `MemTotal - MemAvailable` above its value before the run, and the peak PSS of the
-run's own process tree: the driver, Ray and every actor) and the bytes per idle device: its population row (sensor mask, tier, clock,
-hardware, the slice of one shared index array) and the server's observations of it (data size,
-compute-time history, selection history). Training samples are shared data, reported apart.
+run's own process tree: the driver, Ray and every actor) and the bytes per idle device: its
+population row (sensor mask, tier, clock, hardware, the slice of one shared index array) and the
+server's observations of it (data size, compute-time history, selection history). Training
+samples are shared data, reported apart.
 
 With `--kept` it instead runs each scenario round by round and, after every round, reads what
 devices keep between rounds (own parameters and bases, control variates, adapters: the

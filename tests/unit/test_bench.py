@@ -4,7 +4,6 @@
 import importlib.util
 import json
 from argparse import Namespace
-from pathlib import Path
 
 import numpy as np
 import pytest

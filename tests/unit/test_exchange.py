@@ -103,7 +103,8 @@ def test_a_new_window_drops_what_earlier_windows_left() -> None:
     which opens a new window (download): then every earlier group's parameters and bases go,
     an earlier phase's included, and other kept state (e.g. control variates) stays."""
     first = RoundPlan(1, np.array([1]), ("h",), download=True, upload=False)
-    _, st = start_vectors("delta", first, _bcast(), 1, ["h"], {"scaffold_ci/h": np.ones(2, np.float32)}, INIT)
+    kept = {"scaffold_ci/h": np.ones(2, np.float32)}
+    _, st = start_vectors("delta", first, _bcast(), 1, ["h"], kept, INIT)
     _, st = finish("delta", first, {"h": np.array([5, 5], np.float32)}, st, INIT)
     assert set(st) == {"params/h", "base/h", "scaffold_ci/h"}
     next_phase = RoundPlan(9, np.array([1]), ("g",), download=True, upload=False)

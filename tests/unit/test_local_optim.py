@@ -32,7 +32,8 @@ def test_unused_parameters_are_left_alone() -> None:
     opt = InPlaceSGD([used, unused], 0.5, momentum=0.9)
     grads = torch.autograd.grad((used * 2).sum(), [used, unused], allow_unused=True)
     opt.step(grads)
-    assert torch.equal(used.detach(), torch.zeros(3)) and torch.equal(unused.detach(), torch.ones(2))
+    assert torch.equal(used.detach(), torch.zeros(3))
+    assert torch.equal(unused.detach(), torch.ones(2))
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])

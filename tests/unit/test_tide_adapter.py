@@ -201,7 +201,8 @@ def test_each_device_evaluates_with_its_own_adapter_on_its_own_test_part() -> No
               for m, h in zip(pop.sensors, held)}
         present = torch.from_numpy(held.astype(np.float32)).expand(idx.shape[0], -1)
 
-        def loss_with(adapter: np.ndarray) -> float:
+        def loss_with(adapter: np.ndarray, xs: dict = xs, present: torch.Tensor = present,
+                      idx: torch.Tensor = idx) -> float:
             tr.layout.load(tr.model, {**server.params, LOCAL: adapter})
             with torch.no_grad():
                 logits = tr.model(xs, present, use_adapter=True).logits

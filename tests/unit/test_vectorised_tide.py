@@ -16,7 +16,6 @@ from torch.func import vmap
 
 from policies.objective.tide import TideObjective, TideObjectiveParams
 from raymm.api import build_world, load_scenario, run
-from raymm.host import HostSpec
 from raymm.models.network import ModelOutput
 from raymm.policy import LossInputs
 from raymm.vectorised import VectorisedHost, make_host
