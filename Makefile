@@ -1,5 +1,6 @@
-# One command each: `make demo` runs the quickstart, `make test` runs the whole suite.
-# Both create the virtualenv on first use. VENV may point elsewhere (CI keeps it outside the
+# One command each: `make demo` runs the quickstart, `make test` runs the whole suite, `make lint`
+# runs ruff (rules in pyproject.toml) and mypy on the three packages.
+# All three create the virtualenv on first use. VENV may point elsewhere (CI keeps it outside the
 # clone, keyed by a hash of requirements.txt).
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,6 +9,7 @@ DATA ?= $(abspath ../shared/data)
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test test-fast lint bench clean
+LINTED := raymm actors policies scenarios tests
 
 venv: $(STAMP)
 
@@ -28,6 +30,10 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/mypy raymm actors policies
 
 clean:
 	rm -rf runs .pytest_cache
