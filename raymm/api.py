@@ -62,22 +62,31 @@ def build_world(sc: Scenario) -> World:
     if too_big:
         raise ScenarioError([too_big])
     population = build_population(sc.population, dataset, sc.seed)
-    pol = Policies(
-        selector=SELECTORS.build(sc.selection.name, policy_params(sc, "selection")),
-        aggregator=AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation")),
-        schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
-    objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
-    # policies that need run-level facts (rounds, the dataset's sensors) read them here
-    for policy in (pol.selector, pol.aggregator, pol.schedule, objective):
-        bind = getattr(policy, "bind", None)
-        if bind is not None:
-            bind(sc, dataset.sensors)
+    pol, objective = build_policies(sc, dataset.sensors)
     combinable = bool(getattr(pol.aggregator, "combinable", False))
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),
                          combine=combinable and sc.faults.deadline_seconds is None,
                          device=sc.execution.device)
     return World(sc, dataset, population, pol, host_spec)
+
+
+def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Any]:
+    """The scenario's selector, aggregator and schedule, and its objective, bound to the run.
+
+    Policies that need run-level facts (rounds, the dataset's sensors) read them in their
+    `bind`, which refuses what their `check_scenario` reports (so `raymm validate` has already
+    refused it). Needs no data: the sensors may come from the dataset's params alone."""
+    pol = Policies(
+        selector=SELECTORS.build(sc.selection.name, policy_params(sc, "selection")),
+        aggregator=AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation")),
+        schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
+    objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
+    for policy in (pol.selector, pol.aggregator, pol.schedule, objective):
+        bind = getattr(policy, "bind", None)
+        if bind is not None:
+            bind(sc, sensors)
+    return pol, objective
 
 
 def make_executor(sc: Scenario) -> Executor:

@@ -18,6 +18,13 @@ class ScenarioError(RaymmError):
         super().__init__(f"invalid scenario{where}:\n{lines}")
 
 
+def refuse(problems: list[str]) -> None:
+    """Raise `ScenarioError(problems)` if there are any: what a policy's `bind` does with its
+    own `check_scenario` problems, for a scenario that never went through `raymm validate`."""
+    if problems:
+        raise ScenarioError(problems)
+
+
 class DataError(RaymmError):
     """A dataset file is missing, unreadable or has the wrong layout."""
 

@@ -2,6 +2,15 @@
 
 Implementations live in the `policies` package (one small class per file, registered by name in
 `raymm.registry`); the core only talks to these Protocols.
+
+Any policy may also have two optional hooks for rules that involve the rest of the run:
+`check_scenario(params, scenario, sensors) -> list[str]` (a staticmethod) returns every problem
+of its parameters against the validated scenario and the dataset's sensors (None when the
+dataset section is itself invalid, which is reported already); `raymm validate` reports them, so
+`raymm run` refuses the scenario before it loads data or starts Ray. `bind(scenario, sensors)`
+takes run-level facts (rounds, the sensors) when the run is built; whatever it refuses must be
+in `check_scenario` (it raises those problems with `raymm.errors.refuse`), as
+tests/unit/test_validate_covers_build.py checks for every registered policy.
 """
 
 from __future__ import annotations

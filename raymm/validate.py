@@ -1,5 +1,10 @@
 """Whole-scenario validation: schema, policies, dataset, and cross-field rules, all at once.
 
+Every check building a run makes is made here too, before any data is loaded: the dataset's
+sensors come from its params alone (`DatasetLoader.sensors`) and each policy's
+`check_scenario` sees them (the rules its `bind` enforces). What only the data can tell
+(sample counts, the model's input shapes) is still checked when the data is loaded.
+
 The policy registries must be populated (import `policies`) before calling `check_scenario`;
 the caller (CLI or `raymm.api`) does that, so this module never imports the policies package.
 """
@@ -39,8 +44,10 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     except ValidationError as exc:
         sc = None
         problems += format_validation_error(exc)
-    problems += _check_policies(merged, sc)
-    sensors = _check_dataset(merged.get("dataset"), problems)
+    dataset_problems: list[str] = []
+    sensors = _check_dataset(merged.get("dataset"), dataset_problems)
+    problems += _check_policies(merged, sc, sensors)
+    problems += dataset_problems
     raw_pop = merged.get("population")
     pop: Mapping[str, Any] = raw_pop if isinstance(raw_pop, dict) else {}
     if sensors is not None:
@@ -114,9 +121,12 @@ def policy_params(sc: Scenario, section: str) -> BaseModel:
     return registry.params_model(spec.name)(**spec.params())
 
 
-def _check_policies(merged: Mapping[str, Any], sc: Scenario | None) -> list[str]:
+def _check_policies(merged: Mapping[str, Any], sc: Scenario | None,
+                    sensors: tuple[str, ...] | None) -> list[str]:
     """Names and parameters of every policy section; then each policy's own cross-field rules
-    (an optional `check_scenario(params, scenario)` hook), once the schema itself is valid."""
+    (an optional `check_scenario(params, scenario, sensors)` hook: everything its `bind`
+    would refuse), once the schema itself is valid. `sensors` is None when the dataset section
+    is itself invalid (reported with the dataset)."""
     problems = []
     defaults = Scenario.model_fields
     for section, registry in POLICY_SECTIONS.items():
@@ -139,7 +149,7 @@ def _check_policies(merged: Mapping[str, Any], sc: Scenario | None) -> list[str]
         # optional hook: a policy's own cross-field rules (e.g. a loss that needs aux heads)
         check = getattr(registry.get(name), "check_scenario", None)
         if check is not None and sc is not None:
-            problems += check(params, sc)
+            problems += check(params, sc, sensors)
     return problems
 
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fedmchain_table import PLAIN, _stat, columns, markdown, run_once, table_rows
-from policies.schedule.chain import dataset_sensors
 from raymm.api import load_scenario
 from raymm.config import apply_overrides, read_yaml
+from raymm.data import dataset_sensors
 from raymm.metrics import acc_at_budget
 from raymm.rundir import GIB
 
@@ -202,7 +202,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.kind == "order":
-        sensors = dataset_sensors(sc) or ()
+        sensors = dataset_sensors(sc.dataset_name, sc.dataset_params())
         probe = None
         if args.probe_ablation:
             given = (base.get("schedule") or {}).get("probe_rounds")

@@ -54,7 +54,8 @@ class FedProtoAggregation:
         self._payload: tuple[int, dict[str, np.ndarray]] | None = None
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any) -> list[str]:
+    def check_scenario(params: object, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.objective.name != "fedproto":
             problems.append("aggregation.name: fedproto averages the prototypes that objective "

@@ -22,6 +22,7 @@ import numpy as np
 
 from policies.aggregation.fedavg import FedAvg
 from policies.schedule.harmony import HarmonyParams, fusion_start
+from raymm.errors import refuse
 from raymm.messages import ClusterModels, UpdateBatch
 from raymm.models.network import SHARED
 from raymm.policy import AggregationContext
@@ -44,13 +45,15 @@ class HarmonyAggregation(FedAvg):
         self.round = 0                                    # the round being planned
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any) -> list[str]:
+    def check_scenario(params: object, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         if scenario.schedule.name != "harmony":
             return ["aggregation.name: harmony keeps the modality-wise stage's models; set "
                     f"schedule: {{name: harmony}} (got {scenario.schedule.name!r})"]
         return []
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+        refuse(self.check_scenario(self.params, sc, sensors))
         params = HarmonyParams(**sc.schedule.params())
         self.fusion_start = fusion_start(sc.rounds, params.modality_fraction)
 

@@ -108,7 +108,8 @@ class TideAggregation(FedAvg):
         return evidence_weights(w, losses, self.p.temperature)
 
     @staticmethod
-    def check_scenario(params: TideAggregationParams, scenario: Any) -> list[str]:
+    def check_scenario(params: TideAggregationParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         if params.weighting == "evidence" and not (
                 scenario.objective.name == "tide"
                 and scenario.objective.params().get("report_aux_loss")):

@@ -106,7 +106,8 @@ class FedProtoObjective:
         self.p = params or FedProtoParams()
 
     @staticmethod
-    def check_scenario(params: FedProtoParams, scenario: Any) -> list[str]:
+    def check_scenario(params: FedProtoParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.aggregation.name != "fedproto":
             problems.append("objective.name: fedproto reports prototypes that only aggregation "

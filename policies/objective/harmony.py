@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from policies.schedule.harmony import HarmonyParams, fusion_start
+from raymm.errors import refuse
 from raymm.policy import LossInputs, mean_cross_entropy
 from raymm.registry import OBJECTIVES
 
@@ -35,13 +36,15 @@ class HarmonyObjective:
         self.fusion_start = 2
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any) -> list[str]:
+    def check_scenario(params: object, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         if scenario.schedule.name != "harmony":
             return ["objective.name: harmony's loss follows harmony's stages; set schedule: "
                     f"{{name: harmony}} (got {scenario.schedule.name!r})"]
         return []
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+        refuse(self.check_scenario(self.params, sc, sensors))
         params = HarmonyParams(**sc.schedule.params())
         self.fusion_start = fusion_start(sc.rounds, params.modality_fraction)
 

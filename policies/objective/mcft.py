@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from policies.schedule.chain import PRECEDING, preceding, resolve_chain
-from raymm.errors import ScenarioError
+from raymm.errors import refuse
 from raymm.policy import LossInputs, contrastive_ce, sample_mean
 from raymm.registry import OBJECTIVES
 
@@ -67,10 +67,16 @@ class MCFTStage:
         self.chain: tuple[str, ...] = ()
         self.sensors: tuple[str, ...] = ()
 
+    @staticmethod
+    def check_scenario(params: MCFTParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
+        if scenario.schedule.name != "modality_chain":
+            return [f"objective.name: mcft needs schedule modality_chain, got "
+                    f"{scenario.schedule.name!r}"]
+        return []
+
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
-        if sc.schedule.name != "modality_chain":
-            raise ScenarioError([f"objective.name: mcft needs schedule modality_chain, got "
-                                 f"{sc.schedule.name!r}"])
+        refuse(self.check_scenario(self.p, sc, sensors))
         self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
         self.sensors = tuple(sensors)
 

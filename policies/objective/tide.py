@@ -144,7 +144,8 @@ class TideObjective:
         self.split_adapter = params.adapter and params.adapter_path == "personal"
 
     @staticmethod
-    def check_scenario(params: TideObjectiveParams, scenario: Any) -> list[str]:
+    def check_scenario(params: TideObjectiveParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         """Cross-field rules checked before anything runs (a device that raises mid-run would
         only be counted as failed)."""
         problems = []

@@ -23,8 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.schedule.order import PROBE, UNDECIDED, AdaptiveOrder, data_share, sync_rounds
-from raymm.data import DATASETS
-from raymm.errors import ScenarioError
+from raymm.errors import refuse
 from raymm.exchange import sync_window
 from raymm.models.network import sensor_group
 from raymm.observations import Observations
@@ -126,17 +125,6 @@ def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[st
     return problems
 
 
-def dataset_sensors(sc: Any) -> tuple[str, ...] | None:
-    """The sensors of a validated scenario's dataset, without loading any data."""
-    loader = DATASETS.get(sc.dataset_name)
-    if loader is None:
-        return None
-    try:
-        return tuple(loader.sensors(loader.Params(**sc.dataset_params())))
-    except Exception:  # noqa: BLE001 - the dataset section's own check reports it
-        return None
-
-
 @SCHEDULES.register("modality_chain")
 class ModalityChain:
     """One modality per phase: a fixed chain, or (`order: adaptive`) the modality the server
@@ -155,16 +143,14 @@ class ModalityChain:
         self._round = 0
 
     @staticmethod
-    def check_scenario(params: ChainParams, scenario: Any) -> list[str]:
-        sensors = dataset_sensors(scenario)
+    def check_scenario(params: ChainParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         return [] if sensors is None else chain_problems(params, scenario, sensors)
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
         """Resolve the chain (or the adaptive plan) and the phase boundaries against the run
         (raises ScenarioError)."""
-        problems = chain_problems(self.params, sc, sensors)
-        if problems:
-            raise ScenarioError(problems)
+        refuse(chain_problems(self.params, sc, sensors))
         self.sensors = tuple(sensors)
         p = self.params
         probe = probe_length(p, sc)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.errors import ScenarioError
+from raymm.errors import refuse
 from raymm.models.network import SHARED
 from raymm.registry import SCHEDULES
 
@@ -63,7 +63,8 @@ class HarmonySchedule:
         self._sensors: tuple[str, ...] = ()
 
     @staticmethod
-    def check_scenario(params: HarmonyParams, scenario: Any) -> list[str]:
+    def check_scenario(params: HarmonyParams, scenario: Any,
+                       sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.rounds < 2:
             problems.append("rounds: harmony needs at least 2 rounds (one per stage)")
@@ -76,8 +77,7 @@ class HarmonySchedule:
         return problems
 
     def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
-        if sc.rounds < 2:
-            raise ScenarioError(["rounds: harmony needs at least 2 rounds (one per stage)"])
+        refuse(self.check_scenario(self.params, sc, sensors))
         self.rounds = sc.rounds
         self.final_stage_start = fusion_start(sc.rounds, self.params.modality_fraction)
         self.fusion_layer = sc.model.fusion == "concat"

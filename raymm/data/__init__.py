@@ -19,6 +19,7 @@ __all__ = [
     "Dataset",
     "Split",
     "dataset_params",
+    "dataset_sensors",
     "load_dataset",
     "register_dataset",
     "resolve_data_path",
@@ -36,6 +37,12 @@ def _loader(name: str):
 def dataset_params(name: str, raw: dict[str, Any]) -> BaseModel:
     """Validate a scenario's dataset params (pydantic `ValidationError` on bad fields)."""
     return _loader(name).Params.model_validate(raw)
+
+
+def dataset_sensors(name: str, raw: dict[str, Any]) -> tuple[str, ...]:
+    """A dataset's sensors, answered from its params alone (no data is loaded)."""
+    loader = _loader(name)
+    return tuple(loader.sensors(loader.Params.model_validate(raw)))
 
 
 def load_dataset(name: str, params: BaseModel | dict[str, Any], seed: int) -> Dataset:

@@ -1,0 +1,114 @@
+"""`raymm validate` makes every check that building a run makes, before any data is loaded:
+what a policy's `bind` refuses."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+import policies
+from raymm.api import build_policies
+from raymm.cli import main
+from raymm.config import Scenario
+from raymm.data import dataset_sensors
+from raymm.errors import ScenarioError
+from raymm.validate import POLICY_SECTIONS, check_scenario, merge_preset, policy_params
+
+from helpers import REPO, tiny_scenario
+
+QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
+
+
+def validate_quickstart(capsys: pytest.CaptureFixture[str], *overrides: str) -> tuple[int, str]:
+    rc = main(["validate", str(QUICKSTART), *(a for o in overrides for a in ("--set", o))])
+    return rc, capsys.readouterr().err
+
+
+def test_a_chain_naming_a_sensor_the_dataset_lacks_fails_validate(capsys):
+    chain = ("schedule.name=modality_chain", "schedule.chain=[left, nose]")
+    rc, err = validate_quickstart(capsys, *chain)
+    assert rc == 2 and "schedule.chain: ['nose'] not among the dataset's sensors" in err, err
+    # with the late fusion a chain needs, the missing sensor is the one mistake
+    rc, err = validate_quickstart(capsys, *chain, "model.fusion=sum_logits")
+    assert rc == 2 and err.count("\n  - ") == 1 and "'nose'" in err, err
+
+
+def test_mcft_without_the_chain_schedule_fails_validate(capsys):
+    """MCFT's bind refused it at build time only; validate said the scenario was valid."""
+    rc, err = validate_quickstart(capsys, "objective.name=mcft")
+    assert rc == 2 and "objective.name: mcft needs schedule modality_chain" in err, err
+
+
+# --- every policy with a hook: what building refuses, validation refuses -------------------
+# Each registered policy with a `bind` or `check_scenario` hook goes into its section of the
+# tiny scenario, under every combination of the scenario facts those hooks read.
+SCHEDULE_VARIANTS: list[dict[str, Any]] = [
+    {"name": "joint"}, {"name": "harmony"}, {"name": "modality_chain"},
+    {"name": "modality_chain", "chain": ["b", "nose"]},
+    {"name": "modality_chain", "chain": ["b", "a"], "rounds": [1, 1]},
+    {"name": "modality_chain", "order": "adaptive"},
+    {"name": "modality_chain", "order": "adaptive", "probe_rounds": 1, "phases": 2},
+]
+FACTS: dict[str, list[Any]] = {"rounds": [1, 4], "model.fusion": ["concat", "sum_logits"],
+                               "training.upload": ["all", "held"],
+                               "model.aux_heads": [False, True]}
+
+
+def hooked() -> list[tuple[str, str]]:
+    return [(section, name) for section, registry in POLICY_SECTIONS.items()
+            for name in registry.names()
+            if any(hasattr(registry.get(name), h) for h in ("bind", "check_scenario"))]
+
+
+def cases(section: str, name: str) -> list[dict[str, Any]]:
+    schedules = [s for s in SCHEDULE_VARIANTS if s["name"] == name] \
+        if section == "schedule" else SCHEDULE_VARIANTS
+    out = []
+    for schedule, values in itertools.product(schedules, itertools.product(*FACTS.values())):
+        raw = tiny_scenario(**dict(zip(FACTS, values)))
+        raw["schedule"] = dict(schedule)
+        raw[section] = {"name": name} if section != "schedule" else dict(schedule)
+        out.append(raw)
+    return out
+
+
+def validates(raw: dict[str, Any]) -> bool:
+    try:
+        check_scenario(raw, policies.PRESETS)
+    except ScenarioError:
+        return False
+    return True
+
+
+def test_every_hooked_policy_is_tried():
+    assert ("objective", "mcft") in hooked() and ("schedule", "modality_chain") in hooked()
+    assert len(hooked()) >= 10
+
+
+@pytest.mark.parametrize("section, name", hooked())
+def test_validate_refuses_what_building_the_policies_refuses(section: str, name: str):
+    own_refusals = 0
+    for raw in cases(section, name):
+        try:
+            sc = Scenario.model_validate(merge_preset(raw, policies.PRESETS, None))
+        except ValidationError:
+            assert not validates(raw)
+            continue
+        sensors = dataset_sensors(sc.dataset_name, sc.dataset_params())
+        try:
+            build_policies(sc, sensors)  # what `raymm run` builds, all four bound to the run
+        except Exception as exc:  # noqa: BLE001 - any refusal (or crash) of the build counts
+            assert not validates(raw), f"build refuses ({exc}) what validate accepts: {raw}"
+        else:
+            continue
+        policy = POLICY_SECTIONS[section].build(name, policy_params(sc, section))
+        if hasattr(policy, "bind"):
+            try:
+                policy.bind(sc, sensors)
+            except Exception:  # noqa: BLE001
+                own_refusals += 1
+    if hasattr(POLICY_SECTIONS[section].get(name), "bind"):
+        assert own_refusals, f"no case tried makes {section} {name!r}'s bind refuse"
