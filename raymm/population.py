@@ -6,14 +6,16 @@ slice of one shared index array into the training split. Nothing here holds a mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from raymm import seeding
-from raymm.config import PopulationSpec
+from raymm.config import PopulationSpec, TierSpec
 from raymm.data.base import Dataset
 from raymm.errors import ScenarioError
+from raymm.safety import shares_problem
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,46 @@ def split_counts(n: int, weights: list[float]) -> np.ndarray:
     return counts
 
 
-def tier_counts(spec: PopulationSpec) -> np.ndarray:
-    tiers = spec.tiers or []
+def tier_problems(tiers: Sequence[TierSpec] | None, devices: int | None,
+                  sensors: tuple[str, ...] | None = None, dataset: str = "") -> list[str]:
+    """Every rule the tiers follow beyond each tier's own schema (`TierSpec`): at least one
+    tier when `tiers` is given; every tier a count (adding up to `devices`, when known) or every
+    tier a fraction (adding up to 1); in each tier, sensors the dataset has (when `sensors` is
+    known), each listed once. `raymm validate` reports these; `build_population` refuses a
+    population that breaks them (one that never went through validation)."""
+    if tiers is None:
+        return []  # one tier holding every sensor
+    if not tiers:
+        return ["population.tiers: give at least one tier (or leave tiers out: one tier "
+                "holding every sensor)"]
+    problems = []
+    for i, t in enumerate(tiers):
+        if sensors is not None and (bad := [m for m in t.sensors if m not in sensors]):
+            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, bad))} not in "
+                            f"dataset {dataset!r}; its sensors are: {', '.join(sensors)}")
+        twice = sorted({m for m in t.sensors if t.sensors.count(m) > 1})
+        if twice:
+            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, twice))} "
+                            "listed more than once")
+    counts = [t.count for t in tiers if t.count is not None]
+    if len(counts) == len(tiers):
+        if devices is not None and sum(counts) != devices:
+            problems.append(f"population.tiers: counts add up to {sum(counts)}, but "
+                            f"population.devices is {devices}")
+    elif counts:
+        problems.append("population.tiers: give every tier a count, or every tier a fraction")
+    else:
+        shares = shares_problem("population.tiers", [t.fraction or 0.0 for t in tiers])
+        problems += [shares] if shares is not None else []
+    return problems
+
+
+def tier_counts(tiers: Sequence[TierSpec], devices: int) -> np.ndarray:
+    """Devices per tier: the counts, or the fractions of `devices` (largest remainder); the
+    tiers follow `tier_problems`."""
     if all(t.count is not None for t in tiers):
-        counts = np.array([t.count for t in tiers], dtype=np.int64)
-        if counts.sum() != spec.devices:
-            raise ScenarioError([f"population.tiers: counts add up to {counts.sum()}, "
-                                 f"but population.devices is {spec.devices}"])
-        return counts
-    if any(t.count is not None for t in tiers):
-        raise ScenarioError(["population.tiers: give every tier a count, or every tier a fraction"])
-    return split_counts(spec.devices, [float(t.fraction or 0.0) for t in tiers])
+        return np.array([t.count for t in tiers], dtype=np.int64)
+    return split_counts(devices, [float(t.fraction or 0.0) for t in tiers])
 
 
 def _assign(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -163,9 +194,12 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     """Deterministic from (seed, spec, dataset): tiers, clocks, hardware and data."""
     n = spec.devices
     sensors = dataset.sensors
-    tiers = spec.tiers or [_all_sensors_tier(sensors, n)]
+    problems = tier_problems(spec.tiers, n, sensors, dataset.name)
+    if problems:
+        raise ScenarioError(problems)
+    tiers = spec.tiers or [TierSpec(sensors=list(sensors), count=n)]
     tier_sensors = tuple(tuple(m for m in sensors if m in t.sensors) for t in tiers)
-    tier = _assign(tier_counts(spec.model_copy(update={"tiers": tiers})),
+    tier = _assign(tier_counts(tiers, n),
                    seeding.rng(seed, seeding.SETUP, seeding.SERVER, "tiers"))
     mask = np.array([[m in tier_sensors[k] for m in sensors] for k in range(len(tiers))],
                     dtype=bool)[tier]
@@ -228,12 +262,6 @@ def _test_columns(tests: list[np.ndarray], dtype: type) -> dict[str, np.ndarray]
     offsets = np.zeros(len(tests) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([t.shape[0] for t in tests])
     return {"test_offsets": offsets, "test_indices": np.concatenate(tests).astype(dtype)}
-
-
-def _all_sensors_tier(sensors: tuple[str, ...], n: int):  # noqa: ANN202 - local helper
-    from raymm.config import TierSpec
-
-    return TierSpec(sensors=list(sensors), count=n)
 
 
 def _partition(spec: PopulationSpec, dataset: Dataset, seed: int) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -318,30 +318,33 @@ def number_type_problems(model: type[BaseModel], raw: Any, prefix: str = "") -> 
     return out
 
 
+def shares_problem(where: str, shares: Sequence[float]) -> str | None:
+    """Shares of the whole population (tiers, availability, hardware) add up to 1 (within
+    1e-6)."""
+    total = math.fsum(shares)
+    if abs(total - 1.0) > 1e-6:
+        return f"{where}: fractions add up to {total:g}, not 1"
+    return None
+
+
 def fraction_problems(population: Any) -> list[str]:
-    """Shares that must cover the whole population: tier, availability and hardware fractions
-    sum to 1 (within 1e-6), and there is at least one tier when `tiers` is given."""
+    """Availability and hardware fractions cover the whole population (`shares_problem`); the
+    tiers' rules are `raymm.population.tier_problems`."""
     if not isinstance(population, Mapping):
         return []
     out = []
-    tiers = population.get("tiers")
-    if isinstance(tiers, list) and not tiers:
-        out.append("population.tiers: give at least one tier (or leave tiers out: one tier "
-                   "holding every sensor)")
-    for key in ("tiers", "availability", "hardware"):
+    for key in ("availability", "hardware"):
         items = population.get(key)
         if not isinstance(items, list) or not items or \
                 not all(isinstance(x, Mapping) for x in items):
             continue
-        if key == "tiers" and not all("fraction" in x for x in items):
-            continue  # counts (or a mix, reported elsewhere)
         shares = [x.get("fraction", 1.0) for x in items]
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s)
                    for s in shares):
             continue  # the schema reports the type
-        total = math.fsum(shares)
-        if abs(total - 1.0) > 1e-6:
-            out.append(f"population.{key}: fractions add up to {total:g}, not 1")
+        problem = shares_problem(f"population.{key}", shares)
+        if problem is not None:
+            out.append(problem)
     return out
 
 

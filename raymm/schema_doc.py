@@ -114,7 +114,8 @@ def render() -> str:
            "hand. Unknown keys are errors. Policy sections (`selection`, `aggregation`, "
            "`schedule`, `objective`) take `name` plus that policy's own parameters; "
            "`method:` names a preset whose values the scenario overrides.", "",
-           "Rules no type below expresses (`raymm/safety.py`), checked with the rest: `name` "
+           "Rules no type below expresses (`raymm/safety.py`; the tiers': "
+           "`raymm/population.py`), checked with the rest: `name` "
            f"uses letters, digits, `.`, `_` and `-`, starts with a letter or digit and has at "
            f"most {NAME_MAX} characters; every number is finite (no `.inf`/`.nan`) and an "
            "integer fits int64; `true`/`false` or quoted text (`'3'`, `'inf'`) is never a "

@@ -1,9 +1,10 @@
 """Whole-scenario validation: schema, policies, dataset, and cross-field rules, all at once.
 
 Every check building a run makes is made here too, before any data is loaded: the dataset's
-sensors come from its params alone (`DatasetLoader.sensors`) and each policy's
-`check_scenario` sees them (the rules its `bind` enforces). What only the data can tell
-(sample counts, the model's input shapes) is still checked when the data is loaded.
+sensors come from its params alone (`DatasetLoader.sensors`), each policy's `check_scenario`
+sees them (the rules its `bind` enforces), and the tiers follow `population.tier_problems`,
+the same function `build_population` applies. What only the data can tell (sample counts, the
+model's input shapes) is still checked when the data is loaded.
 
 The policy registries must be populated (import `policies`) before calling `check_scenario`;
 the caller (CLI or `raymm.api`) does that, so this module never imports the policies package.
@@ -14,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from raymm.config import Scenario, deep_merge, format_validation_error
+from raymm.config import Scenario, TierSpec, deep_merge, format_validation_error
 from raymm.data import DATASETS
 from raymm.errors import ScenarioError
 from raymm.exchange import aggregator_problems
+from raymm.population import tier_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
 from raymm.safety import (bound_problems, data_size_problem, fraction_problems, name_problems,
                           number_type_problems, special_file_problem, value_problems)
@@ -50,9 +52,11 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     problems += dataset_problems
     raw_pop = merged.get("population")
     pop: Mapping[str, Any] = raw_pop if isinstance(raw_pop, dict) else {}
+    # known sensors mean a valid dataset section (None: the schema's default, synthetic)
+    dataset = (merged.get("dataset") or {}).get("name", "synthetic") if sensors else ""
+    problems += _check_tiers(pop, sensors, dataset)
     if sensors is not None:
-        problems += _check_sensors(pop, merged.get("model"), sensors,
-                                   (merged.get("dataset") or {"name": "synthetic"})["name"])
+        problems += _check_encoders(merged.get("model"), sensors)
     problems += _check_k(merged.get("selection"), pop)
     if sc is not None:
         problems += _check_population(sc)
@@ -68,7 +72,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
 def safety_problems(merged: Mapping[str, Any]) -> list[str]:
     """Checks the schema's types cannot express (raymm.safety): a safe run name, finite
     numbers within int64 and this simulator's bounds, no boolean or quoted text for a number,
-    fractions that cover the population, at least one tier."""
+    availability and hardware fractions that cover the population."""
     problems = name_problems(merged.get("name"))
     problems += value_problems(dict(merged)) + bound_problems(merged)
     problems += number_type_problems(Scenario, merged)
@@ -196,46 +200,39 @@ def _check_dataset_rules(sc: Scenario) -> list[str]:
     return list(check(params, sc))
 
 
-def _check_sensors(pop: Mapping[str, Any], model: Any, sensors: tuple[str, ...],
-                   dataset: str) -> list[str]:
-    problems = []
-    tiers = pop.get("tiers") or []
-    for i, tier in enumerate(tiers if isinstance(tiers, list) else []):
-        listed = tier.get("sensors") if isinstance(tier, dict) else None
-        bad = [m for m in listed or [] if m not in sensors] if isinstance(listed, list) else []
-        if bad:
-            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, bad))} not in "
-                            f"dataset {dataset!r}; its sensors are: {', '.join(sensors)}")
-        twice = sorted({m for m in listed if isinstance(m, str) and listed.count(m) > 1}) \
-            if isinstance(listed, list) else []
-        if twice:
-            problems.append(f"population.tiers.{i}.sensors: {', '.join(map(repr, twice))} "
-                            "listed more than once")
+_TIERS: TypeAdapter[list[TierSpec] | None] = TypeAdapter(list[TierSpec] | None)
+
+
+def _check_tiers(pop: Mapping[str, Any], sensors: tuple[str, ...] | None,
+                 dataset: str) -> list[str]:
+    """The tiers' rules (`population.tier_problems`), as soon as the tiers themselves pass the
+    schema: a mistake elsewhere in the population never hides them."""
+    try:
+        tiers = _TIERS.validate_python(pop.get("tiers"))
+    except ValidationError:
+        return []  # the schema reports it
+    devices = pop.get("devices", Scenario.model_fields["population"].default.devices)
+    known = devices if isinstance(devices, int) and not isinstance(devices, bool) else None
+    return tier_problems(tiers, known, sensors, dataset)
+
+
+def _check_encoders(model: Any, sensors: tuple[str, ...]) -> list[str]:
     encoders = model.get("encoders") if isinstance(model, dict) else None
     bad = [m for m in encoders if m not in sensors] if isinstance(encoders, dict) else []
     if bad:
-        problems.append(f"model.encoders: unknown sensor(s) {', '.join(map(repr, bad))}; "
-                        f"the dataset's sensors are: {', '.join(sensors)}")
-    return problems
+        return [f"model.encoders: unknown sensor(s) {', '.join(map(repr, bad))}; "
+                f"the dataset's sensors are: {', '.join(sensors)}"]
+    return []
 
 
 def _check_population(sc: Scenario) -> list[str]:
+    """Availability and hardware need an entry with a share (the tiers: `_check_tiers`)."""
     pop, problems = sc.population, []
-    tiers = pop.tiers or []
-    counts = [t.count for t in tiers]
-    if tiers and all(c is not None for c in counts) and sum(counts) != pop.devices:  # type: ignore[arg-type]
-        problems.append(f"population.tiers: counts add up to {sum(counts)}, but "  # type: ignore[arg-type]
-                        f"population.devices is {pop.devices}")
-    elif tiers and any(c is not None for c in counts) and None in counts:
-        problems.append("population.tiers: give every tier a count, or every tier a fraction")
     for name, items in (("availability", pop.availability), ("hardware", pop.hardware)):
         if not items:
             problems.append(f"population.{name}: needs at least one entry")
         elif sum(x.fraction for x in items) <= 0:
             problems.append(f"population.{name}: fractions must not all be zero")
-    if tiers and all(t.fraction is not None for t in tiers) and \
-            sum(t.fraction or 0 for t in tiers) <= 0:
-        problems.append("population.tiers: fractions must not all be zero")
     return problems
 
 

@@ -1,5 +1,5 @@
 """`raymm validate` makes every check that building a run makes, before any data is loaded:
-what a policy's `bind` refuses."""
+what a policy's `bind` refuses, and the population's tier rules (one function for both)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pydantic import ValidationError
 import policies
 from raymm.api import build_policies
 from raymm.cli import main
-from raymm.config import Scenario
-from raymm.data import dataset_sensors
+from raymm.config import PopulationSpec, Scenario, TierSpec
+from raymm.data import dataset_sensors, load_dataset
 from raymm.errors import ScenarioError
+from raymm.population import build_population, tier_problems
 from raymm.validate import POLICY_SECTIONS, check_scenario, merge_preset, policy_params
 
 from helpers import REPO, tiny_scenario
@@ -112,3 +113,33 @@ def test_validate_refuses_what_building_the_policies_refuses(section: str, name:
                 own_refusals += 1
     if hasattr(POLICY_SECTIONS[section].get(name), "bind"):
         assert own_refusals, f"no case tried makes {section} {name!r}'s bind refuse"
+
+
+# --- the tiers: one set of rules, for validation and for building the population ----------
+TIER_MISTAKES = [
+    ([{"sensors": ["a"], "count": 3}, {"sensors": ["b"], "count": 3}], "counts add up to 6"),
+    ([{"sensors": ["a"], "count": 6}, {"sensors": ["b"], "fraction": 0.5}], "every tier a count"),
+    ([{"sensors": ["a"], "fraction": 0.9}, {"sensors": ["b"], "fraction": 0.9}],
+     "fractions add up to 1.8"),
+    ([{"sensors": ["a", "gyro"], "count": 12}], "'gyro' not in dataset 'synthetic'"),
+    ([{"sensors": ["a", "b", "a"], "count": 12}], "'a' listed more than once"),
+    ([], "give at least one tier"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_data():
+    raw = tiny_scenario()["dataset"]
+    return load_dataset("synthetic", {k: v for k, v in raw.items() if k != "name"}, 0)
+
+
+@pytest.mark.parametrize("tiers, message", TIER_MISTAKES)
+def test_tier_rules_have_one_home(tiny_data, tiers: list[dict[str, Any]], message: str):
+    expected = tier_problems([TierSpec(**t) for t in tiers], 12, ("a", "b"), "synthetic")
+    assert len(expected) == 1 and message in expected[0]
+    with pytest.raises(ScenarioError) as validated:
+        check_scenario(tiny_scenario(**{"population.tiers": tiers}), policies.PRESETS)
+    assert validated.value.problems.count(expected[0]) == 1
+    with pytest.raises(ScenarioError) as built:
+        build_population(PopulationSpec(devices=12, tiers=tiers), tiny_data, 0)
+    assert built.value.problems == expected
