@@ -52,8 +52,9 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     problems += dataset_problems
     raw_pop = merged.get("population")
     pop: Mapping[str, Any] = raw_pop if isinstance(raw_pop, dict) else {}
-    # known sensors mean a valid dataset section (None: the schema's default, synthetic)
-    dataset = (merged.get("dataset") or {}).get("name", "synthetic") if sensors else ""
+    # sensors are known only for a valid dataset section (none at all means synthetic)
+    dataset = (merged.get("dataset") or {}).get("name", "synthetic") \
+        if sensors is not None else ""
     problems += _check_tiers(pop, sensors, dataset)
     if sensors is not None:
         problems += _check_encoders(merged.get("model"), sensors)
