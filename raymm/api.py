@@ -63,7 +63,7 @@ def build_world(sc: Scenario) -> World:
         raise ScenarioError([too_big])
     population = build_population(sc.population, dataset, sc.seed)
     pol, objective = build_policies(sc, dataset.sensors)
-    combinable = bool(getattr(pol.aggregator, "combinable", False))
+    combinable = pol.aggregator.combinable
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),
                          combine=combinable and sc.faults.deadline_seconds is None,
@@ -83,9 +83,7 @@ def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, An
         schedule=SCHEDULES.build(sc.schedule.name, policy_params(sc, "schedule")))
     objective = OBJECTIVES.build(sc.objective.name, policy_params(sc, "objective"))
     for policy in (pol.selector, pol.aggregator, pol.schedule, objective):
-        bind = getattr(policy, "bind", None)
-        if bind is not None:
-            bind(sc, sensors)
+        policy.bind(sc, sensors)
     return pol, objective
 
 
@@ -185,7 +183,7 @@ def _loop(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     digest = checkpoint.scenario_digest(sc.to_dict())
     # a staged method (e.g. Harmony) counts early-stopping patience in its last stage only
     tracker = RunTracker(sc.eval.budget_gib, sc.eval.early_stop_patience,
-                         int(getattr(world.policies.schedule, "final_stage_start", 1)))
+                         int(world.policies.schedule.final_stage_start))
     for row in writer.rows:  # a resumed run replays its history (best so far, patience)
         tracker.update(row)
     t0 = time.perf_counter()

@@ -28,28 +28,31 @@ identically from the seed (the one model every device starts from).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from raymm.messages import Broadcast, RoundPlan
 
+if TYPE_CHECKING:
+    from raymm.policy import Aggregator, Schedule
+
 PARAMS = "params/"
 BASE = "base/"
 
 
-def sync_window(t: int, sc: Any, schedule: Any) -> tuple[int, bool]:
+def sync_window(t: int, sc: Any, schedule: Schedule) -> tuple[int, bool]:
     """(first round of round t's sync window, whether t is a sync). Windows restart at each
-    phase of the schedule (`schedule.phase_span(t) -> (first, last)` when it has one); the last
-    round of a phase and of the run is always a sync, so no phase ends with unsent training.
+    phase of the schedule (`schedule.phase_span(t) -> (first, last)`, None for one phase); the
+    last round of a phase and of the run is always a sync, so no phase ends with unsent training.
     Exchanges other than delta sync every round; Local (none) never does."""
     tr = sc.training
     if tr.exchange == "none":
         return t, False
     if tr.exchange == "params":
         return t, True
-    span = getattr(schedule, "phase_span", None)
-    first, last = span(t) if span is not None else (1, sc.rounds)
+    span = schedule.phase_span(t)
+    first, last = span if span is not None else (1, sc.rounds)
     pos = t - first
     return t - pos % tr.sync_every, (pos + 1) % tr.sync_every == 0 or t in (last, sc.rounds)
 
@@ -119,11 +122,11 @@ def eval_vectors(exchange: str, payload: Broadcast, device: int, state: dict[str
     return {g: payload.vector(g, device) for g in payload.params}
 
 
-def aggregator_problems(exchange: str, aggregator: Any, name: str) -> list[str]:
+def aggregator_problems(exchange: str, aggregator: Aggregator | type[Aggregator], name: str
+                        ) -> list[str]:
     """An aggregator (class or instance) of deltas must get deltas, and one of parameters must
     get parameters."""
-    takes = bool(getattr(aggregator, "takes_deltas", False))
-    personal = bool(getattr(aggregator, "personal", False))
+    takes, personal = bool(aggregator.takes_deltas), bool(aggregator.personal)
     if (exchange == "personal") != personal:
         return [f"aggregation.name: {name!r} " + (
             "exchanges no parameters: set training.exchange: personal" if personal else

@@ -196,7 +196,7 @@ class DeviceHost:
         """Every hosted device on its own test part, with the model it would use."""
         tr, sensors = self.trainer, self.pop.sensors
         use_adapter = bool(self.spec.objective.uses_adapter and LOCAL in tr.layout.slots)
-        predict = getattr(self.spec.objective, "eval_predict", None)
+        predict = self.spec.objective.eval_predict
         extras = {k: torch.from_numpy(v) for k, v in payload.extras.items()}
         # per device: (test samples, correct, summed loss, correct per sensor, extra correct)
         rows: list[tuple[int, int, float, np.ndarray, dict[str, int]]] = []

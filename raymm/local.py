@@ -102,7 +102,8 @@ class LocalTrainer:
         model, layout = self.model, self.layout
         layout.load(model, broadcast.params if start is None else start)
         use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
-        split = use_adapter and bool(getattr(self.objective, "split_adapter", False))
+        objective = self.objective
+        split = use_adapter and bool(objective.split_adapter)
         if use_adapter:
             layout.load(model, {LOCAL: self.adapter_start(local)})
         names = set(layout.names(groups + ([LOCAL] if use_adapter else [])))
@@ -114,13 +115,11 @@ class LocalTrainer:
         opt = self._optimizer(list(trainable.values()))
         extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
         state = state or {}
-        prepare = getattr(self.objective, "device_tensors", None)
-        dev_tensors = prepare(state, broadcast.extras, layout, groups) if prepare else {}
-        finish = getattr(self.objective, "device_finish", None)
-        before = layout.flatten(model, groups) if finish is not None else {}
-        grad_sum: dict[str, torch.Tensor] | None = \
-            {} if getattr(self.objective, "needs_grad_mean", False) else None
-        data_aug = getattr(self.dataset, "augment", None)
+        dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
+        finishes = objective.overrides(Objective.device_finish)
+        before = layout.flatten(model, groups) if finishes else {}
+        grad_sum: dict[str, torch.Tensor] | None = {} if objective.needs_grad_mean else None
+        data_aug = self.dataset.augment
         aug_gen = self._generator(rnd, device, "data_augment") if data_aug is not None else None
         gen = self._generator(rnd, device, "batches")
         idx = torch.from_numpy(indices.astype(np.int64))
@@ -135,13 +134,12 @@ class LocalTrainer:
                 b = perm[lo:lo + bs]
                 xb = {m: x[b] for m, x in xs.items()}
                 present = held_t.expand(b.shape[0], -1)
-                augment = getattr(self.objective, "augment", None)
-                if augment is not None:
-                    xb, present = augment(xb, present, held_names, self.dataset.sensors, gen)
+                xb, present = objective.augment(xb, present, held_names, self.dataset.sensors,
+                                                gen)
                 if data_aug is not None:
                     xb = data_aug(xb, held_names, aug_gen)
                 out = model(xb, present, use_adapter=use_adapter, split_adapter=split)
-                loss = self.objective.loss(LossInputs(out, y[b], present, held_names, trainable,
+                loss = objective.loss(LossInputs(out, y[b], present, held_names, trainable,
                                                       anchor, extras, rnd, dev_tensors,
                                                       tuple(groups)))
                 grads = torch.autograd.grad(loss, opt.params, allow_unused=True)
@@ -151,12 +149,11 @@ class LocalTrainer:
                             grad_sum[name] = grad_sum.get(name, 0) + g
                 opt.step(grads)
                 losses.append(loss.detach())
-        report = getattr(self.objective, "device_extras", None)
-        dev_extras = report(model, xs, y, held_t, use_adapter) if report is not None else {}
+        dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
         updates = layout.flatten(model, groups)
         new_state: dict[str, np.ndarray] = {}
-        if finish is not None:
-            new_state, sent = finish(DeviceFinish(
+        if finishes:
+            new_state, sent = objective.device_finish(DeviceFinish(
                 device, rnd, tuple(groups), before, updates, state,
                 dict(broadcast.extras), len(losses), self.training.lr,
                 self._mean_grads(grad_sum, groups, len(losses)), upload))
@@ -170,7 +167,7 @@ class LocalTrainer:
 
     def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
         """Derive the round's stream seeds of the devices about to train, all at once."""
-        augments = getattr(self.dataset, "augment", None) is not None
+        augments = self.dataset.augment is not None
         purposes = ["batches"] + (["data_augment"] if augments else [])
         self._seeds = {(rnd, p): dict(zip(devices.tolist(),
                                           seeding.torch_seeds(self.seed, rnd, devices, p)))

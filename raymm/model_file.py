@@ -66,15 +66,14 @@ def cluster_models(sc: Any, sensors: tuple[str, ...], aggregator_state: dict[str
                    ) -> Any:
     """The aggregator's cluster models (None for most methods), asked of a fresh instance
     loaded with the run's aggregator state: on Ray the live one sits in the ServerActor."""
+    from raymm.policy import Aggregator
     from raymm.registry import AGGREGATORS
     from raymm.validate import policy_params
 
     agg = AGGREGATORS.build(sc.aggregation.name, policy_params(sc, "aggregation"))
-    if getattr(agg, "cluster_models", None) is None:
+    if not agg.overrides(Aggregator.cluster_models):
         return None
-    bind = getattr(agg, "bind", None)
-    if bind is not None:
-        bind(sc, sensors)
+    agg.bind(sc, sensors)
     agg.load_state_dict(aggregator_state)
     return agg.cluster_models()
 

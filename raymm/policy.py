@@ -1,30 +1,31 @@
 """The seams every method plugs into: Selector, Aggregator, Schedule, Objective.
 
-Implementations live in the `policies` package (one small class per file, registered by name in
-`raymm.registry`); the core only talks to these Protocols.
+Each seam is a base class that holds its whole contract: the methods a policy must write, and
+every optional hook with a safe default and a docstring saying when the core calls it and what
+it may do. Implementations live in the `policies` package (one small class per file,
+registered by name in `raymm.registry`, which accepts only subclasses of the seam); the core
+calls the hooks directly, never looking them up by name.
 
-Any policy may also have two optional hooks for rules that involve the rest of the run:
-`check_scenario(params, scenario, sensors) -> list[str]` (a staticmethod) returns every problem
-of its parameters against the validated scenario and the dataset's sensors (None when the
-dataset section is itself invalid, which is reported already); `raymm validate` reports them, so
-`raymm run` refuses the scenario before it loads data or starts Ray. `bind(scenario, sensors)`
-takes run-level facts (rounds, the sensors) when the run is built; whatever it refuses must be
-in `check_scenario` (it raises those problems with `raymm.errors.refuse`), as
-tests/unit/test_validate_covers_build.py checks for every registered policy.
+Every policy (`Policy`) may also have `check_scenario(params, scenario, sensors)` (a
+staticmethod: rules that involve the rest of the scenario, reported by `raymm validate`) and
+`bind(scenario, sensors)` (run-level facts, read when the run is built; whatever it refuses
+must be in `check_scenario`, as tests/unit/test_validate_covers_build.py checks for every
+registered policy). docs/adding-a-policy.md lists every hook.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from raymm.messages import UpdateBatch
+from raymm.messages import ClusterModels, UpdateBatch
 from raymm.models.network import ModelOutput
 from raymm.observations import Observations
 
@@ -76,16 +77,81 @@ class ModalityReport:
             return np.where(n > 0, hits / np.maximum(n, 1), np.nan)
 
 
-@runtime_checkable
-class Selector(Protocol):
+class NoParams(BaseModel):
+    """The parameters of a policy that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Policy:
+    """What every policy has besides its seam's own methods: its parameter model and two hooks
+    for rules that involve the rest of the run, each with a safe default."""
+
+    #: the pydantic model of the policy's scenario section (its `name` aside); the registry
+    #: checks a scenario against it and builds the policy as `cls(Params(...))`
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    @staticmethod
+    def check_scenario(params: Any, scenario: Any, sensors: tuple[str, ...] | None
+                       ) -> list[str]:
+        """Every problem of `params` against the validated scenario and the dataset's sensors
+        (None when the dataset section is itself invalid, which is reported already).
+
+        Called by `raymm validate` (and so before `raymm run` loads data or starts Ray), on the
+        class, with every other check. Default: no problems."""
+        return []
+
+    def bind(self, scenario: Any, sensors: tuple[str, ...]) -> None:
+        """Read run-level facts (the rounds, the dataset's sensors) once, when the run is built
+        (`raymm.api.build_policies`; also when `raymm.load_model` rebuilds an aggregator with
+        cluster models). May refuse only what `check_scenario` reports, raised with
+        `raymm.errors.refuse`. Default: nothing to read."""
+        return None
+
+    def overrides(self, hook: Callable[..., Any]) -> bool:
+        """Whether this policy's class replaces the base class's default `hook` (given as e.g.
+        `Objective.device_finish`): the core skips work whose only use is a hook left at its
+        default (copying the start vectors for `device_finish`, say)."""
+        return getattr(type(self), hook.__name__) is not hook
+
+
+class ServerPolicy(Policy):
+    """Hooks of the policies that live in the server (selector, schedule, aggregator)."""
+
+    def round_stats(self) -> dict[str, float]:
+        """Columns this policy adds to the round's row (e.g. the selection weights used), asked
+        for after aggregation every round (the aggregator's only when updates arrived).
+        Default: none."""
+        return {}
+
+    def observe_evaluation(self, fb: EvalFeedback) -> None:
+        """Shown the headline accuracy, traffic and simulated time of every evaluation (the
+        pooled one, or the per-device mean with `eval.scope: devices`). May update what the
+        policy has learned (which is then state: see `state_dict`). Default: ignores it."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must keep of this policy (arrays and JSON values). Called at every
+        checkpoint; a resumed run passes it back to `load_state_dict`. Default: nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (on resume, before the first round)."""
+        return None
+
+
+class Selector(ServerPolicy):
     """Who trains: return at most k sorted device ids from `ctx.eligible`.
 
-    Optional: `observe_evaluation(EvalFeedback)` (learn from each evaluation's outcome),
-    `round_stats() -> {name: number}` (columns of the round's row, e.g. the weights used),
-    `state_dict()` / `load_state_dict(state)` (what a checkpoint must keep).
+    `select` is called once a round in the server, after the schedule's `eligible`. The other
+    hooks are `ServerPolicy`'s (`round_stats`, `observe_evaluation`, `state_dict`,
+    `load_state_dict`) and `Policy`'s (`check_scenario`, `bind`), each with a default.
     """
 
-    def select(self, ctx: SelectionContext) -> np.ndarray: ...
+    def select(self, ctx: SelectionContext) -> np.ndarray:
+        """At most `ctx.k` sorted ids from `ctx.eligible` (the server checks this); randomness
+        only from `ctx.rng`."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -96,70 +162,121 @@ class AggregationContext:
     seed: int
 
 
-@runtime_checkable
-class Aggregator(Protocol):
+class Aggregator(ServerPolicy):
     """How updates combine. Owns its server state (e.g. prototypes, cluster models).
 
-    Optional: `combinable = True` when the new vectors depend on the updates only through
-    `UpdateBatch.weighted_mean` (hosts may then send whole id blocks pre-summed; see
-    `raymm.combine`). Without it, every sender's row arrives in `batch.updates`.
-    `takes_deltas = True`: uploads are deltas (`training.exchange: delta`). `personal = True`:
-    no parameters travel, only extras (`training.exchange: personal`, FedProto).
-    `cluster_models()`: per-device alternative models (`raymm.messages.ClusterModels`).
-    `eval_extras()`: extras per-device evaluation needs (e.g. prototypes).
-    `extras_uplink_bytes(batch)`: bytes each device's extras carry, when not their full size.
+    `aggregate` is the one method every aggregator writes; every other hook has a default.
+    Three class attributes say what it merges (each False unless declared):
+
+    - `combinable`: the new vectors depend on the updates only through
+      `UpdateBatch.weighted_mean` with sample-count weights, so hosts may send whole id blocks
+      pre-summed (`raymm.combine`); without it every sender's row arrives in `batch.updates`.
+      The claim belongs to the reduce: a class that defines `aggregate` or `weights` itself
+      and does not state `combinable` itself is not combinable (`__init_subclass__`), so a
+      subclass that changes the weights cannot inherit the claim by accident. It may be set
+      per instance in `__init__` when it depends on the parameters (TIDE's `weighting`).
+    - `takes_deltas`: uploads are deltas (`training.exchange: delta`).
+    - `personal`: no parameters travel, only extras (`training.exchange: personal`, FedProto).
     """
+
+    combinable: bool = False
+    takes_deltas: bool = False
+    personal: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # `combinable` is a claim about the reduce: a class that writes its own `aggregate` or
+        # `weights` makes the claim again, or it does not hold
+        defines_reduce = "aggregate" in cls.__dict__ or "weights" in cls.__dict__
+        if defines_reduce and "combinable" not in cls.__dict__:
+            cls.combinable = False
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
         """Return the new global vector of every group (unchanged groups may be returned as is).
-        Must not mutate `params` or `batch`."""
-        ...
+        Called in the server once a round when any update arrived, with the batch merged over
+        all hosts and sorted by device id. Must not mutate `params` or `batch`."""
+        raise NotImplementedError
 
     def extras(self, round: int) -> dict[str, np.ndarray]:
-        """Extra payload broadcast with the model this round (empty for most methods)."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class StatelessAggregator:
-    """Mixin for aggregators without server state."""
-
-    def extras(self, round: int) -> dict[str, np.ndarray]:
+        """Extra payload broadcast with the model this round (e.g. prototypes, control
+        variates), counted as downlink. Called when the round is planned. Default: none."""
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def cluster_models(self) -> ClusterModels | None:
+        """Per-device alternative models (SSCA's clusters, Harmony's modality models), put in
+        every broadcast (training and per-device evaluation) and in `device_models.safetensors`.
+        Default: None (every device gets the global vectors)."""
         return None
 
+    def eval_extras(self) -> dict[str, np.ndarray]:
+        """Extras a per-device evaluation needs (`eval.scope: devices`, e.g. prototypes).
+        Default: none."""
+        return {}
 
-@runtime_checkable
-class Schedule(Protocol):
+    def extras_uplink_bytes(self, batch: UpdateBatch) -> np.ndarray:
+        """int64 [batch.n]: the bytes each returning device's extras carried, called when the
+        round's traffic is counted. Default: the full size of one device's every extra; an
+        aggregator that knows which parts carry something (FedProto: the classes a device
+        holds) counts them itself."""
+        per_device = sum(int(v[0].nbytes) for v in batch.extras.values()) if batch.n else 0
+        return np.full(batch.n, per_device, np.int64)
+
+
+class Schedule(ServerPolicy):
     """Which parameter groups are active in a round, and which devices may take part.
 
-    Optional: `phase_span(round) -> (first, last)` (sync windows restart at each phase),
-    `frozen_groups(round)` (groups read but not trained, sent once), `final_stage_start`
-    (first round whose evaluations count toward early stopping: a staged method's last stage).
-    A schedule that decides as it goes (the adaptive chain) may also have
-    `begin_round(round, obs)` (called before eligibility), `report_sensors(round)` (sensors
-    the participants report their unimodal accuracy for, counted as uplink),
-    `observe(ModalityReport)`, `extras(round)` (broadcast with the model, counted as
-    downlink), `round_stats()` and `state_dict()` / `load_state_dict(state)`.
+    `active_groups`, `eligible` and `phase` are the methods every schedule writes; the hooks
+    below (and `ServerPolicy`'s, `Policy`'s) have defaults that describe a one-phase schedule
+    which decides nothing as it goes.
     """
 
-    def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]: ...
+    #: first round whose evaluations count toward early stopping (a staged method's last
+    #: stage); read once when the run loop starts, after `bind`
+    final_stage_start: int = 1
+
+    def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]:
+        """The groups trained in `round` (called when the round is planned)."""
+        raise NotImplementedError
 
     def eligible(self, round: int, sensor_mask: np.ndarray,
                  sensors: tuple[str, ...]) -> np.ndarray:
-        """bool per row of `sensor_mask`."""
-        ...
+        """bool per row of `sensor_mask` (the online devices): may take part in `round`."""
+        raise NotImplementedError
 
-    def phase(self, round: int) -> str: ...
+    def phase(self, round: int) -> str:
+        """The phase's name, a column of the round's row."""
+        raise NotImplementedError
+
+    def phase_span(self, round: int) -> tuple[int, int] | None:
+        """(first, last) round of `round`'s phase: periodic sync windows restart at each phase
+        (`raymm.exchange.sync_window`). Default: None, one phase that is the whole run."""
+        return None
+
+    def frozen_groups(self, round: int) -> tuple[str, ...]:
+        """Groups read but not trained in `round` (a chain's earlier modalities), sent to each
+        device once and counted as downlink. Default: none."""
+        return ()
+
+    def begin_round(self, round: int, obs: Observations) -> None:
+        """Called first when a round is planned, before `eligible`: a schedule that decides as
+        it goes (the adaptive chain) decides here. Default: nothing."""
+        return None
+
+    def report_sensors(self, round: int) -> tuple[str, ...]:
+        """Sensors whose unimodal accuracy the round's participants report before training
+        (counted as uplink; handed to `observe`). Default: none."""
+        return ()
+
+    def observe(self, report: ModalityReport) -> None:
+        """The participants' unimodal accuracies, after aggregation in a round whose
+        `report_sensors` was not empty. Default: ignores them."""
+        return None
+
+    def extras(self, round: int) -> dict[str, np.ndarray]:
+        """Payload broadcast with the model (counted as downlink), besides the aggregator's.
+        Default: none."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -238,27 +355,65 @@ class DeviceFinish:
     upload: bool = True
 
 
-@runtime_checkable
-class Objective(Protocol):
+class Objective(Policy):
     """The local loss. Written functionally (no in-place parameter updates, no data-dependent
-    Python branches inside) so it can later be vmapped over devices.
+    Python branches inside) so it can be vmapped over devices.
 
-    Optional hooks (looked up with getattr): `augment(...)`, `device_extras(...)`,
-    `device_tensors(state, extras, layout, groups) -> dict[str, Tensor]` (tensors handed to
-    every loss call as `LossInputs.local`, e.g. SCAFFOLD's control-variate correction) and
-    `device_finish(DeviceFinish) -> (state updates, per-device uplink extras)` (what the device
-    keeps for later rounds, e.g. its control variate, and what it sends besides its groups),
-    `eval_predict(out, held, extras) -> {name: predictions}` (predictors besides the logits in
-    per-device evaluation, reported as `acc_<name>`, e.g. FedProto's nearest prototype).
-    Optional attribute `split_adapter = True` (with `uses_adapter`): trainers ask the model for
-    the adapter-free task logits plus the adapter's own detached path
-    (`ModelOutput.personal_logits`, see `MultimodalNet.forward`) instead of one path through it.
+    `loss` is the one method every objective writes. The hooks below run on the device's host
+    (sequential and lock-step paths alike) and have defaults; the flags are False unless
+    declared (as class attributes, or set in `__init__` from the parameters).
     """
 
     #: whether the device-local adapter is used when training
-    uses_adapter: bool
+    uses_adapter: bool = False
+    #: `loss` keeps the lock-step contract of `raymm.vectorised` (vmappable, honours
+    #: `LossInputs.weight`): devices may train in lock-step (`training.vectorise: true`)
+    vectorisable: bool = False
+    #: with `uses_adapter`: trainers ask the model for the adapter-free task logits plus the
+    #: adapter's own detached path (`ModelOutput.personal_logits`, see `MultimodalNet.forward`)
+    #: instead of one path through it
+    split_adapter: bool = False
+    #: fill `DeviceFinish.grad_mean` (the mean minibatch gradient per trained group)
+    needs_grad_mean: bool = False
 
-    def loss(self, inp: LossInputs) -> Tensor: ...
+    def loss(self, inp: LossInputs) -> Tensor:
+        """The scalar loss of one minibatch of one device (of many, under vmap)."""
+        raise NotImplementedError
+
+    def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
+                sensors: tuple[str, ...], gen: torch.Generator
+                ) -> tuple[dict[str, Tensor], Tensor]:
+        """Each minibatch's inputs and presence mask before the forward pass; random draws
+        only from `gen`, the device's batch stream. Default: unchanged, drawing nothing
+        (a default `augment` lets the lock-step path draw every epoch's order at once)."""
+        return xb, present
+
+    def device_tensors(self, state: dict[str, np.ndarray], extras: dict[str, np.ndarray],
+                       layout: Any, groups: list[str]) -> dict[str, Tensor]:
+        """Tensors handed to every loss call of the device as `LossInputs.local` (e.g.
+        SCAFFOLD's control-variate correction), from what it kept (`state`) and the server's
+        extras; called once per device before its local steps. Default: none."""
+        return {}
+
+    def device_extras(self, model: Any, xs: dict[str, Tensor], y: Tensor, held_t: Tensor,
+                      use_adapter: bool) -> dict[str, np.ndarray]:
+        """What the device reports besides its groups (e.g. TIDE's class means), computed with
+        the trained module on all its training samples, after its local steps. Default:
+        nothing (the module is then not reloaded per device on the lock-step path)."""
+        return {}
+
+    def device_finish(self, fin: DeviceFinish
+                      ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(state updates, uplink extras) after one device's local training: what the device
+        keeps for later rounds (e.g. its control variate) and what it sends besides its
+        groups. Default: nothing (and the start vectors are then not copied)."""
+        return {}, {}
+
+    def eval_predict(self, out: ModelOutput, held: tuple[str, ...], extras: dict[str, Tensor]
+                     ) -> dict[str, Tensor]:
+        """Predictors besides the logits in per-device evaluation, reported as `acc_<name>`
+        (e.g. FedProto's nearest prototype). Default: none."""
+        return {}
 
 
 def prox_term(inp: LossInputs) -> Tensor:

@@ -2,6 +2,7 @@
 
 Each registered class carries a pydantic `Params` model, so a scenario's policy section is
 checked against it before anything runs, and the class is built from the validated params.
+A registry holds subclasses of one seam (`raymm.policy`), so every hook has a default.
 """
 
 from __future__ import annotations
@@ -9,32 +10,32 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-T = TypeVar("T")
+from raymm.policy import Aggregator, Objective, Policy, Schedule, Selector
 
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+T = TypeVar("T", bound=Policy)
 
 
 class Registry(Generic[T]):
-    """Name -> class. `kind` appears in error messages ("unknown selection policy ...")."""
+    """Name -> subclass of `base`. `kind` appears in error messages ("unknown selection policy
+    ...")."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, base: type[T]) -> None:
         self.kind = kind
-        self._classes: dict[str, type] = {}
+        self.base = base
+        self._classes: dict[str, type[T]] = {}
         self._params: dict[str, type[BaseModel]] = {}
 
-    def register(self, name: str) -> Callable[[type], type]:
-        def deco(cls: type) -> type:
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        def deco(cls: type[T]) -> type[T]:
+            if not (isinstance(cls, type) and issubclass(cls, self.base)):
+                raise TypeError(f"{self.kind} {name!r} must subclass raymm.policy."
+                                f"{self.base.__name__}, which declares every hook it may have")
             if name in self._classes and self._classes[name] is not cls:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
-            # a class without parameters takes (and is given, as its `Params`) the empty model
-            model: type[BaseModel] = getattr(cls, "Params", NoParams)
-            cls.Params = model  # type: ignore[attr-defined]
             self._classes[name] = cls
-            self._params[name] = model
+            self._params[name] = cls.Params  # `NoParams` unless the class (or a base) says
             return cls
 
         return deco
@@ -48,7 +49,7 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def get(self, name: str) -> type:
+    def get(self, name: str) -> type[T]:
         return self._classes[name]
 
     def params_model(self, name: str) -> type[BaseModel]:
@@ -60,10 +61,10 @@ class Registry(Generic[T]):
             params = model()
         elif isinstance(params, dict):
             params = model(**params)
-        return cls(params)  # type: ignore[no-any-return]
+        return cls(params)  # type: ignore[call-arg]  # every policy takes its Params
 
 
-SELECTORS: Registry[Any] = Registry("selection policy")
-AGGREGATORS: Registry[Any] = Registry("aggregation policy")
-SCHEDULES: Registry[Any] = Registry("schedule")
-OBJECTIVES: Registry[Any] = Registry("objective")
+SELECTORS: Registry[Selector] = Registry("selection policy", Selector)
+AGGREGATORS: Registry[Aggregator] = Registry("aggregation policy", Aggregator)
+SCHEDULES: Registry[Schedule] = Registry("schedule", Schedule)
+OBJECTIVES: Registry[Objective] = Registry("objective", Objective)

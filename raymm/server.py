@@ -41,6 +41,7 @@ from raymm.policy import (
     Schedule,
     SelectionContext,
     Selector,
+    ServerPolicy,
 )
 from raymm.population import Population
 
@@ -89,9 +90,7 @@ class Server:
             ids = np.concatenate([r.device_ids for r in reports])
             self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
         sched = self.policies.schedule
-        begin = getattr(sched, "begin_round", None)
-        if begin is not None:  # a schedule that decides as it goes (the adaptive chain)
-            begin(t, self.obs)
+        sched.begin_round(t, self.obs)  # a schedule that decides as it goes decides here
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
         ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
                                seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
@@ -102,17 +101,15 @@ class Server:
         for g in active:  # a group trained again: every frozen copy sent of it is now stale
             self.frozen_sent.pop(g, None)
         first, upload = sync_window(t, self.sc, sched)
-        report = getattr(sched, "report_sensors", None)
         plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
-                         tuple(report(t)) if report is not None else ())
+                         tuple(sched.report_sensors(t)))
         self._last_counts = (len(online), len(eligible))
         return plan, self._broadcast(t, self._extras(t))
 
     def _extras(self, t: int) -> dict[str, np.ndarray]:
         """What travels with the model this round: the aggregator's extras (e.g. prototypes)
         and the schedule's (e.g. an adaptive chain's predecessors)."""
-        more = getattr(self.policies.schedule, "extras", None)
-        return {**self.policies.aggregator.extras(t), **(more(t) if more is not None else {})}
+        return {**self.policies.aggregator.extras(t), **self.policies.schedule.extras(t)}
 
     def _downloads(self, t: int, selected: np.ndarray, window_start: int) -> np.ndarray:
         """bool per selected device: it receives the vectors it trains (`exchange.downloads`)."""
@@ -122,8 +119,7 @@ class Server:
 
     def _broadcast(self, t: int, extras: dict[str, np.ndarray]) -> Broadcast:
         """Global vectors, plus cluster models when the aggregator keeps them."""
-        clusters = getattr(self.policies.aggregator, "cluster_models", None)
-        return Broadcast(t, self.params, extras, clusters() if clusters is not None else None)
+        return Broadcast(t, self.params, extras, self.policies.aggregator.cluster_models())
 
     def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
                   lost: np.ndarray | None = None) -> dict[str, Any]:
@@ -143,17 +139,17 @@ class Server:
         agg_stats: dict[str, Any] = {}
         if batch.n:
             merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
-            report = getattr(self.policies.aggregator, "round_stats", None)
-            agg_stats = report() if report is not None else {}
+            agg_stats = dict(self.policies.aggregator.round_stats())
             bad = divergence.diverged(batch.device_ids, batch.loss, merged)
             if bad is None:
                 self.params = merged
             else:  # keep the last finite model; the run stops after this round
                 agg_stats[divergence.KEY] = bad
-        observe = getattr(self.policies.schedule, "observe", None)
-        if plan.report and observe is not None:
-            observe(ModalityReport(t, batch.device_ids, batch.num_samples, batch.reports.get(
-                MODALITY_CORRECT, np.full((batch.n, len(self.sensors)), -1, np.int32))))
+        if plan.report:  # the schedule asked for unimodal accuracies (`report_sensors`)
+            correct = batch.reports.get(
+                MODALITY_CORRECT, np.full((batch.n, len(self.sensors)), -1, np.int32))
+            self.policies.schedule.observe(
+                ModalityReport(t, batch.device_ids, batch.num_samples, correct))
         self._round = t
         deadline = self.sc.faults.deadline_seconds
         round_time = float(dev_seconds.max()) if batch.n else 0.0
@@ -182,9 +178,7 @@ class Server:
         the selection weights used or the chain's phase)."""
         out: dict[str, float] = {}
         for policy in (self.policies.selector, self.policies.schedule):
-            stats = getattr(policy, "round_stats", None)
-            if stats is not None:
-                out.update(stats())
+            out.update(policy.round_stats())
         return out
 
     def _downlink(self, plan: RoundPlan) -> np.ndarray:
@@ -203,12 +197,11 @@ class Server:
     def _frozen_bytes(self, plan: RoundPlan) -> np.ndarray:
         """A chain's earlier modalities are frozen and final once their phase ended: a device
         training on top of them (`schedule.frozen_groups`) receives each one it holds once."""
-        frozen = getattr(self.policies.schedule, "frozen_groups", None)
         out = np.zeros(plan.selected.shape, np.int64)
-        if frozen is None or self.sc.training.exchange in ("none", "personal"):
+        if self.sc.training.exchange in ("none", "personal"):
             return out
         mask = self.obs.sensor_mask[plan.selected]
-        for g in frozen(plan.round):
+        for g in self.policies.schedule.frozen_groups(plan.round):
             sent = self.frozen_sent.setdefault(g, np.zeros(self.obs.n, bool))
             need = mask[:, self.sensors.index(g.partition(":")[2])] & ~sent[plan.selected]
             out += need.astype(np.int64) * self.layout.sizes[g] * 4
@@ -224,12 +217,7 @@ class Server:
         # carry something (FedProto: only the classes a device holds) counts them itself
         for v in batch.reports.values():  # what the server asked for: only what was reported
             up += (v >= 0).reshape(batch.n, -1).sum(axis=1) * v.itemsize
-        counted = getattr(self.policies.aggregator, "extras_uplink_bytes", None)
-        if counted is not None:
-            return up + counted(batch)
-        for v in batch.extras.values():
-            up += int(v[0].nbytes) if batch.n else 0
-        return up
+        return up + self.policies.aggregator.extras_uplink_bytes(batch)
 
     def _check_selection(self, selected: np.ndarray, eligible: np.ndarray) -> None:
         if selected.shape[0] > self.sc.selection.k or not np.isin(selected, eligible).all() \
@@ -264,15 +252,12 @@ class Server:
         outcomes (`observe_evaluation`, e.g. TIDE's adaptive weights)."""
         fb = EvalFeedback(t, float(accuracy), self.bytes_up + self.bytes_down, self.sim_seconds)
         for policy in (self.policies.selector, self.policies.schedule, self.policies.aggregator):
-            hook = getattr(policy, "observe_evaluation", None)
-            if hook is not None:
-                hook(fb)
+            policy.observe_evaluation(fb)
 
     def eval_payload(self, t: int) -> Broadcast:
         """What hosts evaluate their devices with (`eval.scope: devices`): the model, and what
         the aggregator says evaluation needs besides (`eval_extras()`, e.g. prototypes)."""
-        more = getattr(self.policies.aggregator, "eval_extras", None)
-        return self._broadcast(t, more() if more is not None else {})
+        return self._broadcast(t, self.policies.aggregator.eval_extras())
 
     def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
         out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
@@ -289,12 +274,13 @@ class Server:
                 "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
                 **{k: policy.state_dict() for k, policy in self._stateful().items()}}
 
-    def _stateful(self) -> dict[str, Any]:
-        """Selector and schedule when they keep state of their own (the aggregator always
-        does): what an adaptive policy has learned must survive a resume."""
-        return {k: p for k, p in (("selector", self.policies.selector),
-                                  ("schedule", self.policies.schedule))
-                if hasattr(p, "state_dict")}
+    def _stateful(self) -> dict[str, ServerPolicy]:
+        """Selector and schedule when they keep state of their own (the aggregator's is always
+        saved): what an adaptive policy has learned must survive a resume. A policy with the
+        default `state_dict` adds no key, so checkpoints of stateless ones stay as they were."""
+        pairs: tuple[tuple[str, ServerPolicy], ...] = (
+            ("selector", self.policies.selector), ("schedule", self.policies.schedule))
+        return {k: p for k, p in pairs if p.overrides(ServerPolicy.state_dict)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.params = {g: np.asarray(v, np.float32) for g, v in state["params"].items()}

@@ -151,10 +151,9 @@ def _check_policies(merged: Mapping[str, Any], sc: Scenario | None,
         except ValidationError as exc:
             problems += [f"{section}.{p}" for p in format_validation_error(exc)]
             continue
-        # optional hook: a policy's own cross-field rules (e.g. a loss that needs aux heads)
-        check = getattr(registry.get(name), "check_scenario", None)
-        if check is not None and sc is not None:
-            problems += check(params, sc, sensors)
+        # a policy's own cross-field rules (e.g. a loss that needs aux heads; default: none)
+        if sc is not None:
+            problems += registry.get(name).check_scenario(params, sc, sensors)
     return problems
 
 

@@ -28,10 +28,11 @@ What an objective must provide to be vectorised -- it opts in with `vectorisable
     `inp.trainable`/`inp.anchor`, `inp.extras` (the server's broadcast, identical for every
     device) and `inp.round`. Inside the loss, `inp.trainable[name]`, `inp.anchor[name]`,
     `inp.y`, `inp.present` and `inp.out` are one device's unbatched views;
-  * `augment(xb, present, held, sensors, gen)` (optional) is called per device and minibatch
-    outside vmap with that device's generator, in the sequential path's order, so its draws are
-    identical; `device_extras(model, xs, y, held_t, use_adapter)` (optional) is called per
-    device after training with the module holding that device's trained parameters.
+  * `augment(xb, present, held, sensors, gen)` is called per device and minibatch outside
+    vmap with that device's generator, in the sequential path's order, so its draws are
+    identical; `device_extras(model, xs, y, held_t, use_adapter)` is called per device after
+    training with the module holding that device's trained parameters (both are hooks of
+    `raymm.policy.Objective`; one left at its default is not called here).
 
 Starting values are per device, exactly what the sequential path loads: the vectors
 `raymm.exchange.start_vectors` gives the device (the broadcast, its cluster's model, or the
@@ -86,7 +87,7 @@ Params = dict[str, Tensor]
 
 def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
     """The reason this objective/model cannot train in lock-step, or None when it can."""
-    if not getattr(objective, "vectorisable", False):
+    if not objective.vectorisable:
         return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
                 "(see raymm.vectorised for what that promises)")
     if model is not None and any(True for _ in model.buffers()):
@@ -208,8 +209,7 @@ class VectorisedTrainer:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         fwd = {"use_adapter": use_adapter,
-               "split_adapter": use_adapter and bool(getattr(self.objective, "split_adapter",
-                                                             False))}
+               "split_adapter": use_adapter and bool(self.objective.split_adapter)}
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
@@ -223,14 +223,16 @@ class VectorisedTrainer:
         held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
         devices = np.array([r.device for r in reqs], np.int64)
         seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
-        data_aug = getattr(base.dataset, "augment", None)
+        data_aug = base.dataset.augment
         aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, rnd, devices,
                                                            "data_augment"))
                     if data_aug is not None else [])
         sizes = np.array([r.indices.shape[0] for r in reqs])
         steps = -(-int(sizes[0]) // t.batch_size)
         weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
-        augment = getattr(self.objective, "augment", None)
+        # a default `augment` draws nothing: the minibatch order may then be drawn at once
+        augment = self.objective.augment if self.objective.overrides(Objective.augment) \
+            else None
         model, objective = self.model, self.objective
         if augment is None and data_aug is None:
             # nothing but the minibatch order draws from a device's stream: draw every epoch's
@@ -248,8 +250,7 @@ class VectorisedTrainer:
 
         step_fn = vmap(grad_and_value(loss_fn))
         state = self.optim.init(params)
-        grad_sum: Params | None = \
-            {} if getattr(self.objective, "needs_grad_mean", False) else None
+        grad_sum: Params | None = {} if self.objective.needs_grad_mean else None
         losses = []
         for epoch in range(t.local_epochs):
             # [G, steps, B] rows of the split
@@ -313,9 +314,9 @@ class VectorisedTrainer:
 
     def _device_tensors(self, reqs: list[Request], groups: list[str]) -> Params:
         """The objective's `device_tensors` of every device (its own state), stacked."""
-        prepare = getattr(self.objective, "device_tensors", None)
-        if prepare is None:
+        if not self.objective.overrides(Objective.device_tensors):
             return {}
+        prepare = self.objective.device_tensors
         per = [prepare(r.state or {}, self.bcast_extras, self.layout, groups) for r in reqs]
         keys = set(per[0])
         if any(set(p) != keys for p in per):
@@ -411,8 +412,11 @@ class VectorisedTrainer:
                              ).cpu().numpy().astype(np.float32) for grp in groups}
                       if grad_sum is not None and steps else None)
         mean_loss = losses.double().mean(1).cpu().numpy()
-        report = getattr(self.objective, "device_extras", None)
-        finish = getattr(self.objective, "device_finish", None)
+        objective = self.objective
+        # the defaults report and keep nothing: skip reloading the module and copying vectors
+        report = objective.device_extras if objective.overrides(Objective.device_extras) \
+            else None
+        finishes = objective.overrides(Objective.device_finish)
         out = {}
         for i, r in enumerate(reqs):
             updates = {grp: flat[grp][i] for grp in groups}
@@ -420,9 +424,9 @@ class VectorisedTrainer:
             extras = self._device_extras(report, r, sources[i], updates, local, use_adapter) \
                 if report is not None else {}
             new_state: dict[str, np.ndarray] = {}
-            if finish is not None:
+            if finishes:
                 before = {grp: np.array(sources[i][grp], dtype=np.float32) for grp in groups}
-                new_state, sent = finish(DeviceFinish(
+                new_state, sent = objective.device_finish(DeviceFinish(
                     r.device, rnd, tuple(groups), before, updates, r.state or {},
                     dict(self.bcast_extras), steps, self.base.training.lr,
                     {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, StatelessAggregator
+from raymm.policy import AggregationContext, Aggregator
 from raymm.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("fedavg")
-class FedAvg(StatelessAggregator):
+class FedAvg(Aggregator):
     """Sample-weighted mean of each group over the devices that sent it (FedAvg; intra-pod
     merging when devices upload only their sensors' groups)."""
 

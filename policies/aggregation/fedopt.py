@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext
+from raymm.policy import AggregationContext, Aggregator
 from raymm.registry import AGGREGATORS
 
 
@@ -75,7 +75,7 @@ def server_step(rule: str, x: np.ndarray, delta: np.ndarray, m: np.ndarray | Non
     return new.astype(np.float32), m_t, v_t
 
 
-class _FedOpt:
+class _FedOpt(Aggregator):
     """Shared server side of the three optimizers; subclasses name the second-moment rule."""
 
     Params = FedOptParams

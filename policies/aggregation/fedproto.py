@@ -19,7 +19,7 @@ import numpy as np
 
 from policies.objective.fedproto import COUNTS, MASK, MEANS, PROTO
 from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext
+from raymm.policy import AggregationContext, Aggregator
 from raymm.registry import AGGREGATORS
 
 FLOAT_BYTES = 4
@@ -41,7 +41,7 @@ def average_prototypes(means: np.ndarray, counts: np.ndarray, protos: np.ndarray
 
 
 @AGGREGATORS.register("fedproto")
-class FedProtoAggregation:
+class FedProtoAggregation(Aggregator):
     """Averages the devices' class prototypes; there is no global model to aggregate."""
 
     #: parameters never travel (training.exchange: personal)

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raymm import seeding
 from raymm.messages import ClusterModels, UpdateBatch
-from raymm.policy import AggregationContext
+from raymm.policy import AggregationContext, Aggregator
 from raymm.registry import AGGREGATORS
 
 
@@ -261,7 +261,7 @@ def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
 
 
 @AGGREGATORS.register("ssca")
-class SSCA:
+class SSCA(Aggregator):
     """Owns K cluster models per group, each device's model index and whether it was ever
     clustered; broadcasts them as `ClusterModels`."""
 

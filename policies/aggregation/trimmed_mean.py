@@ -7,7 +7,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, StatelessAggregator
+from raymm.policy import AggregationContext, Aggregator
 from raymm.registry import AGGREGATORS
 
 
@@ -26,7 +26,7 @@ def trimmed_mean(rows: np.ndarray, trim: float) -> np.ndarray:
 
 
 @AGGREGATORS.register("trimmed_mean")
-class TrimmedMean(StatelessAggregator):
+class TrimmedMean(Aggregator):
     """Per group, the coordinate-wise trimmed mean over the devices that sent it (unweighted:
     a device's sample count is exactly what a misbehaving device could lie about)."""
 

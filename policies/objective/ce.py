@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, mean_cross_entropy, prox_term
+from raymm.policy import LossInputs, mean_cross_entropy, prox_term, Objective
 from raymm.registry import OBJECTIVES
 
 
@@ -19,7 +19,7 @@ class CEParams(BaseModel):
 
 
 @OBJECTIVES.register("ce")
-class CrossEntropy:
+class CrossEntropy(Objective):
     """Cross-entropy of the task head; FedProx's proximal term when mu > 0."""
 
     Params = CEParams

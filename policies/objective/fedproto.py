@@ -31,7 +31,7 @@ from torch import Tensor
 
 from raymm.models import MultimodalNet
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs, mean_cross_entropy
+from raymm.policy import LossInputs, mean_cross_entropy, Objective
 from raymm.registry import OBJECTIVES
 
 Z = "z"
@@ -95,7 +95,7 @@ def nearest_prototype(spaces: dict[str, Tensor], protos: dict[str, Tensor],
 
 
 @OBJECTIVES.register("fedproto")
-class FedProtoObjective:
+class FedProtoObjective(Objective):
     """Cross-entropy plus λ times the squared distance of the representation to its class's
     global prototype; reports local prototypes; predicts also by nearest prototype."""
 

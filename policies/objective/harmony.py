@@ -20,12 +20,12 @@ from torch import Tensor
 
 from policies.schedule.harmony import HarmonyParams, fusion_start
 from raymm.errors import refuse
-from raymm.policy import LossInputs, mean_cross_entropy
+from raymm.policy import LossInputs, mean_cross_entropy, Objective
 from raymm.registry import OBJECTIVES
 
 
 @OBJECTIVES.register("harmony")
-class HarmonyObjective:
+class HarmonyObjective(Objective):
     """Σ over held sensors of each unimodal network's cross-entropy in the modality-wise
     stage; cross-entropy of the fused prediction in the fusion stage."""
 

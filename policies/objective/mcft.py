@@ -29,7 +29,7 @@ from torch import Tensor
 
 from policies.schedule.chain import PRECEDING, preceding, resolve_chain
 from raymm.errors import refuse
-from raymm.policy import LossInputs, contrastive_ce, sample_mean
+from raymm.policy import LossInputs, contrastive_ce, sample_mean, Objective
 from raymm.registry import OBJECTIVES
 
 
@@ -56,7 +56,7 @@ class MCFTParams(BaseModel):
 
 
 @OBJECTIVES.register("mcft")
-class MCFTStage:
+class MCFTStage(Objective):
     Params = MCFTParams
     uses_adapter = False
     #: honours `inp.weight`, branches only on what a bucket shares (see raymm.vectorised)

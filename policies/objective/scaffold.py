@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from raymm.policy import DeviceFinish, LossInputs
+from raymm.policy import DeviceFinish, LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 C, CI, DC = "scaffold_c/", "scaffold_ci/", "scaffold_dc/"
@@ -47,7 +47,7 @@ class ScaffoldParams(BaseModel):
 
 
 @OBJECTIVES.register("scaffold")
-class ScaffoldObjective:
+class ScaffoldObjective(Objective):
     Params = ScaffoldParams
     uses_adapter = False
 

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.models import MultimodalNet
-from raymm.policy import LossInputs, contrastive_ce, mean_cross_entropy
+from raymm.policy import LossInputs, contrastive_ce, mean_cross_entropy, Objective
 from raymm.registry import OBJECTIVES
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
@@ -131,7 +131,7 @@ def prox_global(trainable: Mapping[str, Tensor], anchor: Mapping[str, Tensor]) -
 
 
 @OBJECTIVES.register("tide")
-class TideObjective:
+class TideObjective(Objective):
     Params = TideObjectiveParams
     #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
     #: train many devices at once with it

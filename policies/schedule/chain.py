@@ -27,7 +27,7 @@ from raymm.errors import refuse
 from raymm.exchange import sync_window
 from raymm.models.network import sensor_group
 from raymm.observations import Observations
-from raymm.policy import ModalityReport
+from raymm.policy import ModalityReport, Schedule
 from raymm.registry import SCHEDULES
 
 #: broadcast extra of an adaptive chain: float32 [M], 1 for the modalities in P of the phase
@@ -126,7 +126,7 @@ def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[st
 
 
 @SCHEDULES.register("modality_chain")
-class ModalityChain:
+class ModalityChain(Schedule):
     """One modality per phase: a fixed chain, or (`order: adaptive`) the modality the server
     picks at each phase boundary from what participants report; optionally after a probe that
     trains every branch alone."""

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.errors import refuse
 from raymm.models.network import SHARED
+from raymm.policy import Schedule
 from raymm.registry import SCHEDULES
 
 MODALITY, FUSION = "modality", "fusion"
@@ -49,7 +50,7 @@ def fusion_start(rounds: int, modality_fraction: float) -> int:
 
 
 @SCHEDULES.register("harmony")
-class HarmonySchedule:
+class HarmonySchedule(Schedule):
     """Modality-wise FL (every sensor's unimodal network, every device) for the first
     `modality_fraction` of the rounds, then fusion learning among multimodal devices."""
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from raymm.policy import Schedule
 from raymm.registry import SCHEDULES
 
 
 @SCHEDULES.register("joint")
-class Joint:
+class Joint(Schedule):
     """Every parameter group trains every round; every online device may be selected."""
 
     def __init__(self, params: object) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from raymm.policy import SelectionContext
+from raymm.policy import SelectionContext, Selector
 from raymm.registry import SELECTORS
 
 
 @SELECTORS.register("random")
-class RandomSelection:
+class RandomSelection(Selector):
     """K eligible devices uniformly at random (all of them if fewer than K)."""
 
     def __init__(self, params: object) -> None:
@@ -22,7 +22,7 @@ class RandomSelection:
 
 
 @SELECTORS.register("all_online")
-class AllOnline:
+class AllOnline(Selector):
     """Every eligible online device trains (k is ignored)."""
 
     def __init__(self, params: object) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from raymm.policy import SelectionContext
+from raymm.policy import SelectionContext, Selector
 from raymm.registry import SELECTORS
 
 
@@ -17,7 +17,7 @@ class LeastSelectedParams(BaseModel):
 
 
 @SELECTORS.register("least_selected")
-class LeastSelected:
+class LeastSelected(Selector):
     """The K eligible devices selected least often so far; ties by device id (or at random)."""
 
     Params = LeastSelectedParams

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.policy import SelectionContext
+from raymm.policy import SelectionContext, Selector
 from raymm.registry import SELECTORS
 
 
@@ -17,7 +17,7 @@ class FractionParams(BaseModel):
 
 
 @SELECTORS.register("fraction")
-class FractionSelection:
+class FractionSelection(Selector):
     """floor(fraction·|eligible| + 1/2) eligible devices uniformly at random: at least one when
     any is eligible, at most `k`."""
 

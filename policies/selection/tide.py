@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from policies.selection.bandit import DiscountedUCB
 from raymm.metrics import WEIGHT_KEYS
 from raymm.observations import Observations, sensor_set_sizes
-from raymm.policy import EvalFeedback, SelectionContext
+from raymm.policy import EvalFeedback, SelectionContext, Selector
 from raymm.registry import SELECTORS
 from raymm.rundir import GIB
 
@@ -148,7 +148,7 @@ class AdaptiveWeights:
 
 
 @SELECTORS.register("tide")
-class TideSelection:
+class TideSelection(Selector):
     """Top-K eligible devices by score (all of them if fewer than K); with `weights:
     adaptive` the score's weights are chosen online (`AdaptiveWeights`)."""
 

@@ -18,7 +18,7 @@ from raymm.config import ModelSpec
 from raymm.host import DeviceHost, HostSpec
 from raymm.messages import Broadcast, RoundPlan
 from raymm.models import LOCAL, MultimodalNet
-from raymm.policy import LossInputs, mean_cross_entropy
+from raymm.policy import LossInputs, Objective, mean_cross_entropy
 from raymm.server import Server
 from raymm.vectorised import VectorisedHost, make_host
 
@@ -120,7 +120,7 @@ def test_global_gradient_equals_the_adapter_free_objective() -> None:
     assert torch.equal(joint["heads.a.weight"], ref["heads.a.weight"])
 
 
-class PersonalPathOnly:
+class PersonalPathOnly(Objective):
     """Only the personal term of the loss: a step on it must move the adapter and nothing else
     (real trainers, real optimizer, several epochs)."""
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from raymm.api import load_scenario, run
-from raymm.policy import LossInputs, sample_mean
+from raymm.policy import LossInputs, Objective, sample_mean
 from raymm.vectorised import FunctionalOptimizer, VectorisedHost, why_not_vectorised
 
 from helpers import host_round, tiny_scenario
@@ -78,7 +78,7 @@ def test_every_selected_device_is_trained_in_lock_step():
     np.testing.assert_allclose(b.loss, a.loss, atol=TOL)
 
 
-class _NotOptedIn:
+class _NotOptedIn(Objective):
     uses_adapter = False
 
     def loss(self, inp: LossInputs) -> torch.Tensor:
@@ -115,7 +115,7 @@ def test_a_bucket_that_fails_under_vmap_falls_back_to_sequential(caplog):
         assert np.array_equal(a.updates[g], b.updates[g])
 
 
-class _WithHooks:
+class _WithHooks(Objective):
     """Uses the adapter, augments with draws from the device's generator (zeroes the first held
     sensor in some batches) and reports per-class mean embeddings: the hooks TIDE needs."""
 
