@@ -28,6 +28,7 @@ from raymm.faults import fault_seed
 from raymm.host import HostSpec
 from raymm.metrics import RunTracker, policy_summary, summary_metrics
 from raymm.population import Population, build_population
+from raymm.policy import Objective
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS
 from raymm.rundir import GIB, RunWriter, new_run_dir
 from raymm.safety import model_problem, writable_dir_problem
@@ -71,7 +72,7 @@ def build_world(sc: Scenario) -> World:
     return World(sc, dataset, population, pol, host_spec)
 
 
-def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Any]:
+def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Objective]:
     """The scenario's selector, aggregator and schedule, and its objective, bound to the run.
 
     Policies that need run-level facts (rounds, the dataset's sensors) read them in their

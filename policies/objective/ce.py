@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, mean_cross_entropy, prox_term, Objective
+from raymm.policy import LossInputs, Objective, mean_cross_entropy, prox_term
 from raymm.registry import OBJECTIVES
 
 

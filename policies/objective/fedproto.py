@@ -31,7 +31,7 @@ from torch import Tensor
 
 from raymm.models import MultimodalNet
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs, mean_cross_entropy, Objective
+from raymm.policy import LossInputs, Objective, mean_cross_entropy
 from raymm.registry import OBJECTIVES
 
 Z = "z"

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from policies.schedule.harmony import HarmonyParams, fusion_start
 from raymm.errors import refuse
-from raymm.policy import LossInputs, mean_cross_entropy, Objective
+from raymm.policy import LossInputs, Objective, mean_cross_entropy
 from raymm.registry import OBJECTIVES
 
 

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from policies.schedule.chain import PRECEDING, preceding, resolve_chain
 from raymm.errors import refuse
-from raymm.policy import LossInputs, contrastive_ce, sample_mean, Objective
+from raymm.policy import LossInputs, Objective, contrastive_ce, sample_mean
 from raymm.registry import OBJECTIVES
 
 

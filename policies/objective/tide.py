@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.models import MultimodalNet
-from raymm.policy import LossInputs, contrastive_ce, mean_cross_entropy, Objective
+from raymm.policy import LossInputs, Objective, contrastive_ce, mean_cross_entropy
 from raymm.registry import OBJECTIVES
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
