@@ -15,6 +15,7 @@ registered policy). docs/adding-a-policy.md lists every hook.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -140,7 +141,7 @@ class ServerPolicy(Policy):
         return None
 
 
-class Selector(ServerPolicy):
+class Selector(ServerPolicy, ABC):
     """Who trains: return at most k sorted device ids from `ctx.eligible`.
 
     `select` is called once a round in the server, after the schedule's `eligible`. The other
@@ -148,10 +149,10 @@ class Selector(ServerPolicy):
     `load_state_dict`) and `Policy`'s (`check_scenario`, `bind`), each with a default.
     """
 
+    @abstractmethod
     def select(self, ctx: SelectionContext) -> np.ndarray:
         """At most `ctx.k` sorted ids from `ctx.eligible` (the server checks this); randomness
         only from `ctx.rng`."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class AggregationContext:
     seed: int
 
 
-class Aggregator(ServerPolicy):
+class Aggregator(ServerPolicy, ABC):
     """How updates combine. Owns its server state (e.g. prototypes, cluster models).
 
     `aggregate` is the one method every aggregator writes; every other hook has a default.
@@ -191,12 +192,12 @@ class Aggregator(ServerPolicy):
         if defines_reduce and "combinable" not in cls.__dict__:
             cls.combinable = False
 
+    @abstractmethod
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
         """Return the new global vector of every group (unchanged groups may be returned as is).
         Called in the server once a round when any update arrived, with the batch merged over
         all hosts and sorted by device id. Must not mutate `params` or `batch`."""
-        raise NotImplementedError
 
     def extras(self, round: int) -> dict[str, np.ndarray]:
         """Extra payload broadcast with the model this round (e.g. prototypes, control
@@ -223,7 +224,7 @@ class Aggregator(ServerPolicy):
         return np.full(batch.n, per_device, np.int64)
 
 
-class Schedule(ServerPolicy):
+class Schedule(ServerPolicy, ABC):
     """Which parameter groups are active in a round, and which devices may take part.
 
     `active_groups`, `eligible` and `phase` are the methods every schedule writes; the hooks
@@ -235,18 +236,18 @@ class Schedule(ServerPolicy):
     #: stage); read once when the run loop starts, after `bind`
     final_stage_start: int = 1
 
+    @abstractmethod
     def active_groups(self, round: int, groups: list[str]) -> tuple[str, ...]:
         """The groups trained in `round` (called when the round is planned)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def eligible(self, round: int, sensor_mask: np.ndarray,
                  sensors: tuple[str, ...]) -> np.ndarray:
         """bool per row of `sensor_mask` (the online devices): may take part in `round`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def phase(self, round: int) -> str:
         """The phase's name, a column of the round's row."""
-        raise NotImplementedError
 
     def phase_span(self, round: int) -> tuple[int, int] | None:
         """(first, last) round of `round`'s phase: periodic sync windows restart at each phase
@@ -355,7 +356,7 @@ class DeviceFinish:
     upload: bool = True
 
 
-class Objective(Policy):
+class Objective(Policy, ABC):
     """The local loss. Written functionally (no in-place parameter updates, no data-dependent
     Python branches inside) so it can be vmapped over devices.
 
@@ -376,9 +377,9 @@ class Objective(Policy):
     #: fill `DeviceFinish.grad_mean` (the mean minibatch gradient per trained group)
     needs_grad_mean: bool = False
 
+    @abstractmethod
     def loss(self, inp: LossInputs) -> Tensor:
         """The scalar loss of one minibatch of one device (of many, under vmap)."""
-        raise NotImplementedError
 
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
                 sensors: tuple[str, ...], gen: torch.Generator

@@ -21,7 +21,7 @@ class Registry(Generic[T]):
     """Name -> subclass of `base`. `kind` appears in error messages ("unknown selection policy
     ...")."""
 
-    def __init__(self, kind: str, base: type[T]) -> None:
+    def __init__(self, kind: str, base: type[Any]) -> None:  # an abstract seam: not type[T]
         self.kind = kind
         self.base = base
         self._classes: dict[str, type[T]] = {}
