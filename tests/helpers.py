@@ -73,3 +73,19 @@ class Payload:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (open, (str(self.marker), "w"))
+
+
+def resume_from_round_3(tmp_path: Path, ref: Any) -> Any:
+    """Copy a finished run whose first checkpoint is round 3, keep only that checkpoint and
+    resume from it."""
+    import shutil
+
+    from raymm.api import run
+    from raymm.checkpoint import load
+
+    copy = tmp_path / "copy"
+    shutil.copytree(ref.run_dir, copy)
+    for later in sorted((copy / "checkpoints").glob("round-*.safetensors"))[1:]:
+        later.unlink()
+    assert load(copy).round == 3
+    return run(resume=copy)

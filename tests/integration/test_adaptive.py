@@ -4,7 +4,6 @@ records, exact resume (the decisions and the bandit are checkpointed), and Ray =
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from raymm.api import run
 from raymm.checkpoint import load
 
-from helpers import REPO, tiny_scenario
+from helpers import REPO, resume_from_round_3, tiny_scenario
 
 CHAIN = REPO / "scenarios" / "fedmchain_synthetic.yaml"
 # probe rounds 1-2, then four phases of two rounds (the fourth revisits a modality)
@@ -40,15 +39,6 @@ def assert_same_run(a, b) -> None:  # noqa: ANN001
     for g in a.params:
         assert np.array_equal(a.params[g], b.params[g]), g
     pd.testing.assert_frame_equal(table(a.run_dir), table(b.run_dir), check_exact=True)
-
-
-def resume_from_round_3(tmp_path: Path, ref) -> object:  # noqa: ANN001
-    copy = tmp_path / "copy"
-    shutil.copytree(ref.run_dir, copy)
-    for later in sorted((copy / "checkpoints").glob("round-*.safetensors"))[1:]:
-        later.unlink()
-    assert load(copy).round == 3
-    return run(resume=copy)
 
 
 def test_adaptive_chain_records_its_order_and_resumes_exactly(tmp_path: Path) -> None:

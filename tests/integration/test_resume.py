@@ -1,7 +1,6 @@
 """Checkpoint/resume: a resumed run ends exactly where an uninterrupted one does."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from raymm.api import run
 from raymm.checkpoint import load
 from raymm.cli import main
 
-from helpers import REPO, tiny_scenario
+from helpers import REPO, resume_from_round_3, tiny_scenario
 
 
 def scenario(executor="serial", **kw):
@@ -34,15 +33,6 @@ def assert_same_run(a_dir, a_params, b_dir, b_params):
     for g in a_params:
         assert np.array_equal(a_params[g], b_params[g]), g
     pd.testing.assert_frame_equal(table(a_dir), table(b_dir), check_exact=True)
-
-
-def resume_from_round_3(tmp_path, ref):
-    """Copy a finished run, keep only its round-3 checkpoint, resume it."""
-    copy = tmp_path / "copy"
-    shutil.copytree(ref.run_dir, copy)
-    (copy / "checkpoints" / "round-000006.safetensors").unlink()
-    assert load(copy).round == 3
-    return run(resume=copy)
 
 
 def test_resume_serial_is_exact(tmp_path):
