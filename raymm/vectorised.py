@@ -400,6 +400,7 @@ class PrecomputedTrainer:
         self.base = base
         self.ready: dict[int, tuple[tuple[int, tuple[str, ...]], DeviceOutcome]] = {}
         self.model, self.layout, self.initial = base.model, base.layout, base.initial
+        self.initial_local = base.initial_local
         self.flops, self.train_x, self.train_y = base.flops, base.train_x, base.train_y
         self.adapter_start = base.adapter_start
 

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from raymm.api import load_scenario, run
+from raymm.local_update import FunctionalOptimizer, OptimizerState
 from raymm.losses import sample_mean
 from raymm.policy import LossInputs, Objective
-from raymm.local_update import FunctionalOptimizer, OptimizerState
 from raymm.vectorised import VectorisedHost, why_not_vectorised
 
 from helpers import host_round, tiny_scenario
