@@ -87,7 +87,7 @@ class ModuleCall:
             for name, value in params.items():
                 mod, attr = self.slots[name]
                 saved.append((mod, attr, mod._parameters[attr]))
-                mod._parameters[attr] = value  # type: ignore[assignment]
+                mod._parameters[attr] = value  # type: ignore[assignment]  # a plain tensor
             return self.model(*args, **kwargs)
         finally:
             for mod, attr, own in reversed(saved):
@@ -147,23 +147,23 @@ class FunctionalOptimizer:
         bias correction: normally all of them; one that sometimes gets no gradient keeps its
         own count, as in torch."""
         steps, m, v = dict(state.steps), dict(state.m), dict(state.v)
-        by_step: dict[int, list[str]] = {}
+        by_step: dict[int, dict[str, Tensor]] = {}  # step count -> gradient per parameter
         for name, g in grads.items():
             if g is not None:
                 steps[name] = steps.get(name, 0) + 1
-                by_step.setdefault(steps[name], []).append(name)
+                by_step.setdefault(steps[name], {})[name] = g
         out = dict(params)
         b1, b2 = self.BETAS
-        for step, names in by_step.items():
+        for step, got in by_step.items():
+            names, gs = list(got), list(got.values())
             ps = [params[n] for n in names]
-            gs = [grads[n] for n in names]
             if self.weight_decay:
-                gs = list(torch._foreach_add(gs, ps, alpha=self.weight_decay))  # type: ignore
+                gs = list(torch._foreach_add(gs, ps, alpha=self.weight_decay))
             ms = torch._foreach_lerp([m[n] if n in m else torch.zeros_like(p)
-                                      for n, p in zip(names, ps)], gs, 1 - b1)  # type: ignore
+                                      for n, p in zip(names, ps)], gs, 1 - b1)
             vs = torch._foreach_mul([v[n] if n in v else torch.zeros_like(p)
                                      for n, p in zip(names, ps)], b2)
-            torch._foreach_addcmul_(vs, gs, gs, 1 - b2)  # type: ignore[arg-type]
+            torch._foreach_addcmul_(vs, gs, gs, 1 - b2)
             denom = torch._foreach_sqrt(vs)
             torch._foreach_div_(denom, math.sqrt(1 - b2 ** step))
             torch._foreach_add_(denom, self.EPS)
