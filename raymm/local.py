@@ -109,8 +109,10 @@ class LocalTrainer:
         own = layout.params(model)
         for p in own.values():  # the trained ones run as separate tensors (`ModuleCall`)
             p.requires_grad_(False)
-        params = {n: own[n].detach().clone() for n in names}
-        anchor = {n: p.clone() for n, p in params.items()}
+        # views of the loaded values: the update never writes into them (it returns new
+        # tensors), so they stay the round's anchor until the trained values are copied back
+        params = {n: own[n].detach() for n in names}
+        anchor = {n: own[n].detach() for n in names}
         extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
         state = state or {}
         dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
@@ -125,9 +127,8 @@ class LocalTrainer:
         batches = self._batches(device, rnd, xs, y, held_t, held_names)
         done = update.run(params, batches, update.one_device(anchor, dev_tensors),
                           grad_sum=objective.needs_grad_mean)
-        with torch.no_grad():  # the module ends holding the device's trained parameters
-            for n, trained in done.params.items():
-                own[n].copy_(trained)
+        for n, trained in done.params.items():  # the module ends holding the trained values
+            own[n].copy_(trained)
         losses = done.losses
         dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
         updates = layout.flatten(model, groups)

@@ -127,7 +127,7 @@ class FunctionalOptimizer:
     def _sgd(self, params: Params, grads: Grads, state: OptimizerState
              ) -> tuple[Params, OptimizerState]:
         """torch.optim.SGD's single-tensor arithmetic."""
-        out, buf = dict(params), dict(state.buf)
+        out, buf = dict(params), dict(state.buf) if self.momentum else state.buf
         for name, p in params.items():
             g = grads.get(name)
             if g is None:  # a parameter the loss did not use: torch.optim skips it too
@@ -138,7 +138,8 @@ class FunctionalOptimizer:
                 b = buf.get(name)
                 g = buf[name] = g if b is None else b.mul(self.momentum).add(g)
             out[name] = p.add(g, alpha=-self.lr)
-        return out, OptimizerState(dict(state.steps), state.m, state.v, buf)
+        return out, OptimizerState(state.steps, state.m, state.v, buf) if self.momentum \
+            else state
 
     def _adam(self, params: Params, grads: Grads, state: OptimizerState
               ) -> tuple[Params, OptimizerState]:

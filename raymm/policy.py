@@ -335,7 +335,7 @@ class Objective(Policy, ABC):
 
     #: whether the device-local adapter is used when training
     uses_adapter: bool = False
-    #: `loss` keeps the lock-step contract of `raymm.vectorised` (vmappable, honours
+    #: `loss` keeps the lock-step contract of `raymm.local_update` (vmappable, honours
     #: `LossInputs.weight`): devices may train in lock-step (`training.vectorise: true`)
     vectorisable: bool = False
     #: with `uses_adapter`: trainers ask the model for the adapter-free task logits plus the
