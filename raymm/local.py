@@ -127,8 +127,9 @@ class LocalTrainer:
         batches = self._batches(device, rnd, xs, y, held_t, held_names)
         done = update.run(params, batches, update.one_device(anchor, dev_tensors),
                           grad_sum=objective.needs_grad_mean)
-        for n, trained in done.params.items():  # the module ends holding the trained values
-            own[n].copy_(trained)
+        with torch.no_grad():  # the module ends holding the trained values
+            for n, trained in done.params.items():
+                own[n].copy_(trained)
         losses = done.losses
         dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
         updates = layout.flatten(model, groups)
