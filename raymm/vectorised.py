@@ -388,7 +388,7 @@ class VectorisedTrainer:
 # --------------------------------------------------------------------------- host
 
 
-class PrecomputedTrainer:
+class _PrecomputedTrainer:
     """What a `VectorisedHost` gives its `DeviceHost` machinery as its trainer: the outcomes
     trained in lock-step this round, and the sequential `LocalTrainer` for anything else. An
     outcome is used only if it was computed for exactly the round and groups the host asks for,
@@ -434,7 +434,7 @@ class VectorisedHost(DeviceHost):
             log.warning("training sequentially: %s", self.reason)
             return
         self.vec = VectorisedTrainer(base, spec.training.vectorise_chunk)
-        self.trainer = PrecomputedTrainer(base)  # type: ignore[assignment]
+        self.trainer = _PrecomputedTrainer(base)  # type: ignore[assignment]
 
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
@@ -445,7 +445,7 @@ class VectorisedHost(DeviceHost):
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         sensors, training = self.pop.sensors, self.spec.training
-        pre: PrecomputedTrainer = self.trainer  # type: ignore[assignment]
+        pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
         requests = []
         for dev, crashed in zip(mine.tolist(), crash):
             if crashed:

@@ -179,13 +179,13 @@ def test_functional_optimizer_is_torch_optim(opt):
 
 
 def test_precomputed_trainer_has_what_the_host_reads():
-    """`PrecomputedTrainer` stands in for a host's `LocalTrainer` with an explicit list of
+    """`_PrecomputedTrainer` stands in for a host's `LocalTrainer` with an explicit list of
     attributes: every one `DeviceHost` reads of its trainer (`self.trainer.x`, `tr.x`) is there."""
     import ast
     from pathlib import Path
 
     from raymm import host
-    from raymm.vectorised import PrecomputedTrainer
+    from raymm.vectorised import _PrecomputedTrainer
 
     tree = ast.parse(Path(host.__file__).read_text())
     read = set()
@@ -198,6 +198,6 @@ def test_precomputed_trainer_has_what_the_host_reads():
     assert {"train", "prepare_round", "initial"} <= read  # the scan sees the host's reads
     _, vec, _, _ = host_round({})
     pre = vec.trainer
-    assert isinstance(pre, PrecomputedTrainer)
+    assert isinstance(pre, _PrecomputedTrainer)
     missing = [a for a in sorted(read) if not hasattr(pre, a)]
-    assert not missing, f"PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
+    assert not missing, f"_PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
