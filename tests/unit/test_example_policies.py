@@ -127,12 +127,13 @@ def test_adaptive_prox_reaches_the_devices(tmp_path: Path):
     assert (extra == 4 * rounds_table(zero)["selected"]).all()
     for g in plain.params:
         np.testing.assert_allclose(zero.params[g], plain.params[g], rtol=1e-5, atol=1e-6)
-    # lr 0.05 · µ 10: each local step pulls half way back to the received model
+    # lr 0.05 · µ 10: each local step pulls half way back to the received model (of the 2-3
+    # steps a device takes here, the first is a plain step: the model moves ~40% less)
     strong = tiny_run(tmp_path, aggregation={"name": "adaptive_prox", "mu": 10.0,
                                              "max_mu": 10.0},
                       objective={"name": "adaptive_prox"}, **every)
     assert (rounds_table(strong)["prox_mu_next"] > 1.0).all()
-    assert steps(strong) < 0.5 * steps(zero)
+    assert steps(strong) < 0.75 * steps(zero)
 
 
 def test_adaptive_prox_objective_needs_its_aggregator():
