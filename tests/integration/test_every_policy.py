@@ -171,4 +171,6 @@ def test_ray_equals_serial(sid: str, reference: Callable[[str], RunResult], tmp_
     # tested in test_equivalence.py, the policies here
     raw = {**SCENARIOS[sid], "execution": {"executor": "ray", "devices_per_actor": 12,
                                            "actor": {"num_cpus": 0.1}}}
-    assert_same_run(reference(sid), run(load_scenario(raw), out=tmp_path))
+    res = run(load_scenario(raw), out=tmp_path)
+    assert res.summary["executor"] == "ray"
+    assert_same_run(reference(sid), res)
