@@ -104,9 +104,9 @@ class Policy:
 
     def bind(self, scenario: Any, sensors: tuple[str, ...]) -> None:
         """Read run-level facts (the rounds, the dataset's sensors) once, when the run is built
-        (`raymm.api.build_policies`; also when `raymm.load_model` rebuilds an aggregator with
-        cluster models). May refuse only what `check_scenario` reports, raised with
-        `raymm.errors.refuse`. Default: nothing to read."""
+        (`raymm.api.build_policies`; also at the end of a run, on a fresh aggregator asked for
+        its cluster models for the model file). May refuse only what `check_scenario` reports,
+        raised with `raymm.errors.refuse`. Default: nothing to read."""
         return None
 
     def overrides(self, hook: Callable[..., Any]) -> bool:
