@@ -104,7 +104,7 @@ class Policy:
 
     def bind(self, scenario: Any, sensors: tuple[str, ...]) -> None:
         """Read run-level facts (the rounds, the dataset's sensors) once, when the run is built
-        (`raymm.api.build_policies`; also when `raymm.load_model` rebuilds an aggregator with
+        (`raymm.build.build_policies`; also when `raymm.load_model` rebuilds an aggregator with
         cluster models). May refuse only what `check_scenario` reports, raised with
         `raymm.errors.refuse`. Default: nothing to read."""
         return None
