@@ -16,7 +16,7 @@ from raymm.faults import host_kills
 from raymm.messages import Broadcast, OnlineReport, RoundPlan
 from raymm.server import Server
 from raymm.torch_device import choose_torch_device
-from raymm.vectorised import make_host
+from raymm.hosts import make_host
 
 
 def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:
