@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raymm import checkpoint, divergence, progress
+from raymm import checkpoint, progress
 from raymm.config import Scenario
 from raymm.engine import Executor, World, is_eval_round, run_rounds
 from raymm.metrics import RunTracker
+from raymm.round_record import RoundRecord
 from raymm.rundir import RunWriter
 
 
@@ -57,12 +58,12 @@ def drive(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
     # (round, devices) once training produced non-finite numbers
     diverged: list[tuple[int, list[int]]] = []
     with StopOnInterrupt() as stop:
-        def on_round(row: dict[str, Any]) -> bool:
-            bad = row.pop(divergence.KEY, None)
+        def on_round(record: RoundRecord) -> bool:
+            row, bad = record.row, record.diverged
             if bad is not None:
                 diverged.append((row["round"], bad))
             early_stop = tracker.update(row) or bad is not None
-            writer.log_round(row)
+            writer.log_round(record)
             if user_hook is not None:
                 early_stop = bool(user_hook(row)) or early_stop
             t = row["round"]

@@ -43,7 +43,7 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
         trained = ex.train(t, (plan, bcast))
         results = trained.results
         assert all(set(r.updates) == {active} for r in results)
-        stats = ex.aggregate(t, (plan, bcast), trained)
+        stats = ex.aggregate(t, (plan, bcast), trained).row
         n_sent = sum(r.updates[active].shape[0] for r in results)
         assert stats["bytes_up"] == n_sent * sizes[active] * 4
         # the phase's group, plus each earlier modality a device holds, sent once

@@ -32,7 +32,7 @@ def _run(vectorise: bool) -> tuple[SerialExecutor, list[float]]:
     world = build_world(sc)
     ex = SerialExecutor(devices_per_host=5)
     ex.start(world)
-    losses = [run_round(ex, t, sc)["train_loss"] for t in range(1, sc.rounds + 1)]
+    losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
     return ex, losses
 
 
