@@ -49,7 +49,8 @@ def method_names() -> list[str]:
 def build_world(sc: Scenario) -> World:
     """Load data, build the population and instantiate the policies (nothing is written)."""
     dataset = load_dataset(sc.dataset_name, sc.dataset_params(), sc.seed)
-    too_big = model_problem(dataset, sc.model)
+    too_big = model_problem(dataset.sensors, {m: dataset.sensor_shape(m) for m in
+                                              dataset.sensors}, dataset.num_classes, sc.model)
     if too_big:
         raise ScenarioError([too_big])
     population = build_population(sc.population, dataset, sc.seed)
