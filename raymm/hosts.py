@@ -6,7 +6,6 @@ device state, uploads, stacking -- stays `DeviceHost`'s own.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 
@@ -15,10 +14,9 @@ from raymm.accounting import device_groups
 from raymm.data.base import Dataset
 from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
-from raymm.local import DeviceOutcome, LocalTrainer
 from raymm.messages import Broadcast, HostResult, RoundPlan
 from raymm.population import Population
-from raymm.vectorised import Request, VectorisedTrainer, why_not_vectorised
+from raymm.vectorised import Request, VectorisedTrainer, _PrecomputedTrainer, why_not_vectorised
 
 log = logging.getLogger("raymm.vectorised")
 
@@ -28,38 +26,6 @@ def make_host(device_ids: np.ndarray, population: Population, dataset: Dataset,
     """The host an executor should build: lock-step when the scenario asks for it."""
     cls = VectorisedHost if spec.training.vectorise else DeviceHost
     return cls(device_ids, population, dataset, spec, device)
-
-
-class _PrecomputedTrainer:
-    """Stands in for a host's `LocalTrainer`: hands out the outcomes trained in lock-step this
-    round and trains anything else with the sequential trainer. An outcome is used only if it was
-    computed for exactly the round and groups the host asks for, so the host's own bookkeeping
-    (failures, device-local state, stacking) stays the single source of truth."""
-
-    def __init__(self, base: LocalTrainer) -> None:
-        self.base = base
-        self.ready: dict[int, tuple[tuple[int, tuple[str, ...]], DeviceOutcome]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "base":  # not set yet (e.g. while unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.base, name)
-
-    def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
-        """Seeds only for the devices left to train sequentially: the lock-step run derived
-        its own."""
-        self.base.prepare_round(rnd, devices[~np.isin(devices, list(self.ready))])
-
-    def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
-              groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
-              start: dict[str, np.ndarray] | None = None,
-              state: dict[str, np.ndarray] | None = None, upload: bool = True
-              ) -> DeviceOutcome:
-        hit = self.ready.pop(device, None)
-        if hit is not None and hit[0] == (rnd, tuple(groups)):
-            return hit[1]
-        return self.base.train(device, rnd, indices, held, groups, broadcast, local, start,
-                               state, upload)
 
 
 class VectorisedHost(DeviceHost):

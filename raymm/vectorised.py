@@ -444,3 +444,38 @@ class VectorisedTrainer:
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
                            use_adapter))
+
+
+# --------------------------------------------------------------------------- host
+
+
+class _PrecomputedTrainer:
+    """Stands in for a host's `LocalTrainer`: hands out the outcomes trained in lock-step this
+    round and trains anything else with the sequential trainer. An outcome is used only if it was
+    computed for exactly the round and groups the host asks for, so the host's own bookkeeping
+    (failures, device-local state, stacking) stays the single source of truth."""
+
+    def __init__(self, base: LocalTrainer) -> None:
+        self.base = base
+        self.ready: dict[int, tuple[tuple[int, tuple[str, ...]], DeviceOutcome]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base":  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
+        """Seeds only for the devices left to train sequentially: the lock-step run derived
+        its own."""
+        self.base.prepare_round(rnd, devices[~np.isin(devices, list(self.ready))])
+
+    def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
+              groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
+              start: dict[str, np.ndarray] | None = None,
+              state: dict[str, np.ndarray] | None = None, upload: bool = True
+              ) -> DeviceOutcome:
+        hit = self.ready.pop(device, None)
+        if hit is not None and hit[0] == (rnd, tuple(groups)):
+            return hit[1]
+        return self.base.train(device, rnd, indices, held, groups, broadcast, local, start,
+                               state, upload)
