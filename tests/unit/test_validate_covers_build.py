@@ -237,3 +237,23 @@ def test_har_facts_come_from_the_file_headers(data_dir):
     assert facts.groups == len(np.unique(data.train.group))
     assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
     assert loader_facts(loader, loader.Params(path="no/such/file.npz")) is None
+
+
+@pytest.mark.parametrize("name, pool", [("crema_d", "train+valid"), ("cmu_mosei", "train")])
+def test_release_facts_come_from_the_file_headers(name: str, pool: str, tmp_path):
+    from tiny_releases import write_standin
+
+    from raymm.data import DATASETS, load_dataset
+    from raymm.data.base import loader_facts
+
+    path = write_standin(name, tmp_path / f"{name}.npz", n_train=30, n_test=10, groups=6)
+    params = {"path": str(path), "train_pool": pool}
+    loader = DATASETS[name]
+    facts = loader_facts(loader, loader.Params(**params))
+    data = load_dataset(name, params, 0)
+    assert facts is not None
+    assert (facts.n_train, facts.groups, facts.num_classes) == (
+        len(data.train), len(np.unique(data.train.group)), data.num_classes)
+    assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    assert loader_facts(loader, loader.Params(path=str(tmp_path / "bad.npz"))) is None
