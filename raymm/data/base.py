@@ -116,9 +116,11 @@ def loader_facts(loader: Any, params: BaseModel) -> DataFacts | None:
 
 
 def npz_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Array name -> shape of every member of an .npz, read from the headers only."""
+    """Array name -> shape of every member of an .npz, read from the headers only; a
+    DataError for a path that is missing or no regular file (a FIFO would block the read)."""
     from numpy.lib import format as npy
 
+    require_file(path, "dataset")
     shapes = {}
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
