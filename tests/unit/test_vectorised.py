@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from raymm.api import load_scenario, run
 from raymm.policy import LossInputs, Objective, sample_mean
-from raymm.vectorised import FunctionalOptimizer, VectorisedHost, why_not_vectorised
+from raymm.hosts import VectorisedHost
+from raymm.vectorised import FunctionalOptimizer, why_not_vectorised
 
 from helpers import host_round, tiny_scenario
 
@@ -150,7 +151,7 @@ def test_adapter_augmentation_and_device_extras_match_sequential():
         np.testing.assert_allclose(b.updates[g], a.updates[g], atol=TOL)
     np.testing.assert_allclose(b.extras["class_sums"], a.extras["class_sums"], atol=1e-4)
     for dev in plan.selected.tolist():
-        np.testing.assert_allclose(vec.local_state[dev], seq.local_state[dev], atol=TOL)
+        np.testing.assert_allclose(vec.states[dev].adapter, seq.states[dev].adapter, atol=TOL)
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
