@@ -2,8 +2,8 @@
 
 Everything it uses (host key, client key, authorized_keys, config, the session's HOME) lives in
 one private folder. sshd's StrictModes refuses keys under a group- or world-writable folder,
-/tmp included, so that folder is made under ~/.cache, and `private_dir` checks every folder
-above it.
+/tmp included, so that folder is made under ~/.cache/raymm-tests, and `private_dir` checks every
+folder above it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ SSHD = Path("/usr/sbin/sshd")
 
 
 def private_dir(prefix: str) -> Path:
-    """A fresh 0700 folder under ~/.cache (or $XDG_CACHE_HOME) that no other user can write
-    into, nor into any folder above it (sshd checks the whole path of authorized_keys)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raymm"
+    """A fresh 0700 folder under ~/.cache/raymm-tests (or $XDG_CACHE_HOME/raymm-tests) that no
+    other user can write into, nor into any folder above it (sshd checks the whole path of
+    authorized_keys)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raymm-tests"
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     for p in [base, *base.parents]:
         mode = p.stat().st_mode

@@ -102,11 +102,14 @@ def provision_venv(home: Path) -> None:
     (pth,) = venv.glob("lib/python*/site-packages")
     dirs = [p for p in site.getsitepackages() if Path(p).is_dir()]
     (pth / "zz_raymm_test_base.pth").write_text(
-        f"import site; [site.addsitedir(p) for p in {dirs!r}]\n")
+        f"import site; list(map(site.addsitedir, {dirs!r}))\n")
     script = venv / "bin" / "ray"
     script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom ray.scripts.scripts import main\n"
                       "sys.exit(main())\n")
     script.chmod(0o755)
+    # or setup_commands would quietly install the whole pinned stack (~7 GB, minutes)
+    subprocess.run([str(venv / "bin" / "python"), "-c", "import ray, torch, sklearn"],
+                   check=True, env={"PATH": "/usr/bin:/bin"})
 
 
 def ray_cli(args: list[str], env: dict[str, str], log: Path, timeout: float) -> str:
@@ -159,7 +162,10 @@ def test_ray_up_job_submit_ray_down_on_loopback():
                    RAY_AUTH_MODE="token",
                    RAY_AUTH_TOKEN_PATH=str(client_home / ".ray" / "auth_token"),
                    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-        ray_cli(["get-auth-token", "--generate"], env, root / "token.log", 60)
+        # the documented first step; RAY_AUTH_TOKEN_PATH would make it read, not generate
+        ray_cli(["get-auth-token", "--generate"],
+                {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"},
+                root / "token.log", 60)
         (client_home / ".ray" / "auth_token").chmod(0o600)
         config = root / "cluster-loopback.yaml"
         config.write_text(yaml.safe_dump(loopback_config(
@@ -174,6 +180,12 @@ def test_ray_up_job_submit_ray_down_on_loopback():
         assert head_token.stat().st_mode & 0o777 == 0o600
         assert (sshd.home / "raymm" / "raymm" / "cli.py").is_file()  # the rsynced checkout
         assert not (sshd.home / "raymm" / ".git").exists()            # rsync_exclude
+        imported = subprocess.run(  # setup's `pip install -e .` put the rsynced copy first
+            [str(sshd.home / "raymm-venv" / "bin" / "python"), "-c",
+             "import raymm; print(raymm.__file__)"], capture_output=True, text=True,
+            env={"PATH": "/usr/bin:/bin"}, cwd=root)
+        assert imported.stdout.strip() == str(sshd.home / "raymm" / "raymm" / "__init__.py"), \
+            imported.stdout + imported.stderr
 
         t = time.monotonic()
         job = ray_cli(
