@@ -129,6 +129,10 @@ def stop_ssh_masters(control_dir: Path) -> None:
             subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
                            capture_output=True, timeout=10)
         shutil.rmtree(control_dir, ignore_errors=True)
+    try:
+        control_dir.parent.rmdir()  # only when empty: no other cluster of this user uses it
+    except OSError:
+        pass
 
 
 def test_ray_up_job_submit_ray_down_on_loopback():
