@@ -10,15 +10,20 @@ DeviceActor (local training), shared out among the actors. `transfer` is the bro
 node and the updates back, bytes over bandwidth; on one machine it is a loopback copy.
 
 It runs the standard bench workload (scenarios/bench/standard.yaml, `raymm bench`'s) for a few
-rounds, taking the fastest round (of rounds 2..R, over --repeat runs):
-  1. an embedded Ray with one DeviceActor at K, and at K/2  -> a and b + c;
-  2. an embedded Ray with two DeviceActors at K             -> c (and so b);
-  3. two Ray nodes (`ray start --head`, `ray start --address`, one CPU each, token auth, as in
-     tests/integration/test_multinode.py), one DeviceActor per node, at K: the measured figure
-     printed next to the model's prediction.
-Then the model sized for a population of a million: DeviceActors needed for a target s/round.
+rounds on an embedded Ray with one DeviceActor, at K and at K/2, and after every round reads the
+CPU time of the run's own processes (/proc: the DeviceActors, the ServerActor, the driver):
+  * c = the DeviceActor's CPU seconds per round / K (a line through K and K/2: its intercept,
+    actor-side work paid once per round, goes into a);
+  * a + b*K = the round's wall time minus the DeviceActor's CPU time, the fastest round; K and
+    K/2 give a and b.
+CPU time, not the speed-up from one to two actors, because on a shared 2-core machine a second
+actor does not get a second core (measured: two actors were slower than one at load 8-11).
+Then two Ray nodes (`ray start --head`, `ray start --address`, one CPU each, token auth, as in
+tests/integration/test_multinode.py) run the same at K with one DeviceActor per node: its
+fastest round and its actors' CPU per device, next to the model's prediction. Last, the model
+sized for a population of a million: DeviceActors needed for a target s/round.
 
-    python scenarios/bench/cluster_model.py [--n 5000 --k 1000 --rounds 8 --repeat 1]
+    python scenarios/bench/cluster_model.py [--n 5000 --k 1000 --rounds 8]
 
 Timings on a shared machine are loaded figures; the script prints the load average.
 """
@@ -33,6 +38,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raymm.bench import run_raymm
+from raymm.bench import SCENARIO, settle
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE = ["--num-cpus=1", "--num-gpus=0", f"--memory={2 * 2**30}",
@@ -50,11 +56,13 @@ NODE = ["--num-cpus=1", "--num-gpus=0", f"--memory={2 * 2**30}",
 PARAMS = 64 * 64 + 64 + 64 * 6 + 6  # standard.yaml's Linear(64,64)-ReLU-Linear(64,6)
 
 
-def fit(t1: float, t_half: float, t2: float, k: int) -> dict[str, float]:
-    """a, b, c from T(K,1), T(K/2,1), T(K,2) (three equations, three unknowns)."""
-    b_plus_c = 2 * (t1 - t_half) / k
-    c = 2 * (t1 - t2) / k
-    return {"a": t1 - b_plus_c * k, "b": b_plus_c - c, "c": c}
+def fit(k: int, dev_cpu: tuple[float, float], rest: tuple[float, float]) -> dict[str, float]:
+    """a, b, c from one DeviceActor at K and K/2: its CPU seconds per round (`dev_cpu`) and the
+    rest of the round's wall time (`rest`), each as (at K, at K/2)."""
+    c = 2 * (dev_cpu[0] - dev_cpu[1]) / k
+    actor_fixed = dev_cpu[0] - c * k
+    b = 2 * (rest[0] - rest[1]) / k
+    return {"a": rest[0] - b * k + actor_fixed, "b": b, "c": c}
 
 
 def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0) -> float:
@@ -76,16 +84,63 @@ def actors_needed(m: dict[str, float], k: int, target: float, transfer: float) -
     return math.ceil(m["c"] * k / room) if room > 0 else None
 
 
-def fastest_round(n: int, k: int, rounds: int, repeat: int, mode: str, out: Path,
-                  extra: list[str]) -> float:
-    """The fastest of rounds 2..R over `repeat` runs: outside load only ever slows a round
-    down, so on a shared machine the fastest is the best estimate of an unloaded one."""
-    runs = [run_raymm(n, k, rounds, 0, mode, "ray", out, extra)["round_seconds"][1:]
-            for _ in range(repeat)]
-    best = min(min(r) for r in runs)
-    print(f"  K={k} {' '.join(extra)}: fastest {best:.4f} s/round (mean of each run: "
-          f"{', '.join(f'{sum(r) / len(r):.4f}' for r in runs)})", flush=True)
-    return best
+def cpu_by_role(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of `root`'s process tree, by role: the DeviceActors
+    (Ray titles their processes `ray::DeviceActor`), everything else (driver, ServerActor,
+    Ray's daemons)."""
+    parent: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parent.setdefault(int(fields[1]), []).append(pid)
+        stats[pid] = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"actors": 0.0, "rest": 0.0}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo += parent.get(pid, [])
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        cpu = (int(stats[pid][11]) + int(stats[pid][12])) / tick  # utime, stime
+        out["actors" if title.startswith(b"ray::DeviceActor") else "rest"] += cpu
+    return out
+
+
+def measure(n: int, k: int, rounds: int, mode: str, out: Path,
+            extra: list[str]) -> dict[str, float]:
+    """Rounds 2..R of the standard workload: fastest wall, and per round the DeviceActors' CPU
+    seconds and the wall time left beside them (medians; the fastest for the latter)."""
+    from raymm.api import run
+
+    overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
+                 f"rounds={rounds + 1}", "eval.every=1000000",
+                 f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+    samples: list[dict[str, float]] = []
+    walls: list[float] = []
+
+    def between_rounds(row: dict[str, Any]) -> None:
+        samples.append(cpu_by_role(os.getpid()))
+        walls.append(row["wall_seconds"])
+
+    settle()
+    samples.append(cpu_by_role(os.getpid()))
+    run(SCENARIO, overrides, out=out, executor="ray", on_round=between_rounds)
+    dev = [b["actors"] - a["actors"] for a, b in zip(samples, samples[1:])][1:rounds]
+    wall = walls[1:rounds]  # round 1 carries start-up, the last evaluates
+    res = {"fastest": min(wall), "median": statistics.median(wall),
+           "actor_cpu": statistics.median(dev),
+           "rest": min(w - d for w, d in zip(wall, dev))}
+    print(f"  K={k} {' '.join(extra)}: fastest round {res['fastest']:.4f} s (median "
+          f"{res['median']:.4f}), DeviceActor CPU {res['actor_cpu']:.4f} s/round, the rest "
+          f"{res['rest']:.4f} s", flush=True)
+    return res
 
 
 def free_port() -> int:
@@ -146,8 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=5000, help="devices in the population")
     p.add_argument("--k", type=int, default=1000, help="devices per round (even)")
-    p.add_argument("--rounds", type=int, default=8, help="rounds per run (steady: 2..R)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per figure")
+    p.add_argument("--rounds", type=int, default=8, help="rounds per run (2..R are measured)")
     p.add_argument("--mode", choices=["sequential", "vectorised"], default="sequential")
     p.add_argument("--gbit-s", type=float, default=10.0,
                    help="network bandwidth assumed for the transfer term on a real cluster")
@@ -158,22 +212,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     n, k, mode = args.n, args.k, args.mode
     print(f"standard workload, N={n}, {mode}, load average {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} CPUs", flush=True)
-
-    def run(kk: int, extra: list[str]) -> float:
-        return fastest_round(n, kk, args.rounds, args.repeat, mode, args.out, extra)
-
-    t1 = run(k, ["execution.local_num_cpus=1"])
-    t_half = run(k // 2, ["execution.local_num_cpus=1"])
-    t2 = run(k, ["execution.local_num_cpus=2"])
-    m = fit(t1, t_half, t2, k)
+    one = measure(n, k, args.rounds, mode, args.out, ["execution.local_num_cpus=1"])
+    half = measure(n, k // 2, args.rounds, mode, args.out, ["execution.local_num_cpus=1"])
+    m = fit(k, (one["actor_cpu"], half["actor_cpu"]), (one["rest"], half["rest"]))
     print(f"model: a = {m['a'] * 1e3:.1f} ms/round, b = {m['b'] * 1e6:.1f} us/device, "
           f"c = {m['c'] * 1e6:.1f} us/device/actor", flush=True)
     with two_nodes(args.out) as address:
-        t_nodes = run(k, [f"execution.address={address}"])
-    xfer_loopback = 0.0  # one machine: the transfer is a memory copy, inside the measured a, b
-    pred = predict(m, k, 2, xfer_loopback)
-    print(f"two nodes x 1 DeviceActor, K={k}: model {pred:.4f} s/round, measured "
-          f"{t_nodes:.4f} s/round ({(t_nodes - pred) / pred:+.0%})")
+        nodes = measure(n, k, args.rounds, mode, args.out, [f"execution.address={address}"])
+    pred = predict(m, k, 2)  # on one machine the transfer is a memory copy, inside a and b
+    print(f"two nodes x 1 DeviceActor, K={k}: model {pred:.4f} s/round; measured fastest "
+          f"round {nodes['fastest']:.4f} ({(nodes['fastest'] - pred) / pred:+.0%}), median "
+          f"{nodes['median']:.4f}; DeviceActor CPU per device {nodes['actor_cpu'] / k * 1e6:.1f}"
+          f" us (model c {m['c'] * 1e6:.1f})")
 
     sizing = []
     big_n = 1_000_000
@@ -186,11 +236,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"N={big_n}: DeviceActors needed (transfer at {args.gbit_s:g} Gbit/s, 32 nodes):")
     for row in sizing:
         print(f"  K={row['K']:>7} target {row['target_s']:>4g} s/round: "
-              f"{row['actors'] or 'out of reach (a + b*K alone exceeds it)'}")
-    result = {"N": n, "K": k, "mode": mode, "rounds": args.rounds, "repeat": args.repeat,
-              "load_avg": os.getloadavg(), "t_1actor": t1, "t_1actor_half_k": t_half,
-              "t_2actors": t2, "model": m, "predicted_2nodes": pred,
-              "measured_2nodes": t_nodes, "sizing": sizing}
+              f"{row['actors'] or 'out of reach (a + b*K alone exceeds it)'} "
+              f"(transfer {row['transfer_s']:.3f} s)")
+    result = {"N": n, "K": k, "mode": mode, "rounds": args.rounds,
+              "load_avg": os.getloadavg(), "one_actor": one, "one_actor_half_k": half,
+              "model": m, "predicted_2nodes": pred, "two_nodes": nodes, "sizing": sizing}
     (args.out / "cluster_model.json").write_text(json.dumps(result, indent=1))
     return result
 

@@ -17,11 +17,14 @@ def cluster_model():
 
 def test_fit_recovers_the_constants_of_times_the_model_made():
     cm = cluster_model()
-    true = {"a": 0.05, "b": 3e-5, "c": 4e-4}
     k = 1000
-    times = [cm.predict(true, k, 1), cm.predict(true, k // 2, 1), cm.predict(true, k, 2)]
-    got = cm.fit(*times, k)
-    assert got == pytest.approx(true, rel=1e-9)
+    # one DeviceActor: 0.4 ms of CPU per device plus 10 ms once per round; beside it 40 ms
+    # per round and 30 us per device
+    dev = (0.010 + 4e-4 * k, 0.010 + 4e-4 * k / 2)
+    rest = (0.040 + 3e-5 * k, 0.040 + 3e-5 * k / 2)
+    got = cm.fit(k, dev, rest)
+    assert got == pytest.approx({"a": 0.050, "b": 3e-5, "c": 4e-4}, rel=1e-9)
+    assert cm.predict(got, k, 1) == pytest.approx(dev[0] + rest[0])
     assert cm.predict(got, 4000, 8) == pytest.approx(0.05 + 3e-5 * 4000 + 4e-4 * 500)
 
 
