@@ -1,27 +1,29 @@
 """Round time against cluster size: measure a simple model's constants here, then check it on a
 real two-node Ray cluster on this machine. docs/cluster.md explains the model and its use.
 
-    T(K, A) ~= a + b*K + c*K/A + transfer
+    T(N, K, A) ~= a + b*K + e*N + (c*K + d*N) / A + transfer
 
-K devices per round, A = nodes x DeviceActors per node. `a` is paid once per round (plan,
-selection, a handful of Ray tasks), `b` per selected device outside the actors (the server
-gathers and aggregates: it does not shrink with more nodes), `c` per selected device inside a
-DeviceActor (local training), shared out among the actors. `transfer` is the broadcast to each
-node and the updates back, bytes over bandwidth; on one machine it is a loopback copy.
+N devices in the population, K selected per round, A = nodes x DeviceActors per node. `a` is
+paid once per round (Ray task round trips, bookkeeping), `b` per selected device and `e` per
+population device outside the actors (the server plans, gathers, aggregates: they do not shrink
+with more nodes), `c` per selected device (local training) and `d` per hosted device (what an
+actor does each round for every device it holds) inside the DeviceActors, shared out among them.
+`transfer` is the broadcast to each node and the updates back, bytes over bandwidth; on one
+machine it is a loopback copy.
 
 It runs the standard bench workload (scenarios/bench/standard.yaml, `raymm bench`'s) for a few
-rounds on an embedded Ray with one DeviceActor, at K and at K/2, and after every round reads the
-CPU time of the run's own processes (/proc: the DeviceActors, the ServerActor, the driver):
-  * c = the DeviceActor's CPU seconds per round / K (a line through K and K/2: its intercept,
-    actor-side work paid once per round, goes into a);
-  * a + b*K = the round's wall time minus the DeviceActor's CPU time, the fastest round; K and
-    K/2 give a and b.
+rounds on an embedded Ray with one DeviceActor at (N, K), (N, K/2) and (2N, K/2), and after
+every round reads the CPU time of the run's own processes from /proc, split into the
+DeviceActor and the rest (driver, ServerActor, Ray's daemons). Medians over rounds 2..R:
+  * c, d: the DeviceActor's CPU seconds per round against K and N; b, e: the rest's;
+  * a: the fastest round's wall time less b*K + e*N + c*K + d*N (the lowest of the three runs).
 CPU time, not the speed-up from one to two actors, because on a shared 2-core machine a second
-actor does not get a second core (measured: two actors were slower than one at load 8-11).
-Then two Ray nodes (`ray start --head`, `ray start --address`, one CPU each, token auth, as in
-tests/integration/test_multinode.py) run the same at K with one DeviceActor per node: its
-fastest round and its actors' CPU per device, next to the model's prediction. Last, the model
-sized for a population of a million: DeviceActors needed for a target s/round.
+actor gets no second core (measured: two actors were slower than one at load 8-11), and outside
+load stretches wall time but hardly CPU time. Then two Ray nodes (`ray start --head`,
+`ray start --address`, one CPU each, token auth, as in tests/integration/test_multinode.py) run
+(N, K) with one DeviceActor per node: its fastest round and its CPU split, next to the model's
+prediction. Last, the model sized for a population of a million: DeviceActors needed for a
+target s/round.
 
     python scenarios/bench/cluster_model.py [--n 5000 --k 1000 --rounds 8]
 
@@ -56,17 +58,21 @@ NODE = ["--num-cpus=1", "--num-gpus=0", f"--memory={2 * 2**30}",
 PARAMS = 64 * 64 + 64 + 64 * 6 + 6  # standard.yaml's Linear(64,64)-ReLU-Linear(64,6)
 
 
-def fit(k: int, dev_cpu: tuple[float, float], rest: tuple[float, float]) -> dict[str, float]:
-    """a, b, c from one DeviceActor at K and K/2: its CPU seconds per round (`dev_cpu`) and the
-    rest of the round's wall time (`rest`), each as (at K, at K/2)."""
-    c = 2 * (dev_cpu[0] - dev_cpu[1]) / k
-    actor_fixed = dev_cpu[0] - c * k
-    b = 2 * (rest[0] - rest[1]) / k
-    return {"a": rest[0] - b * k + actor_fixed, "b": b, "c": c}
+def fit(runs: list[dict[str, float]]) -> dict[str, float]:
+    """a, b, c, d, e from three one-actor runs at (N, K), (N, K/2), (2N, K/2): each with n, k,
+    `actor_cpu` and `rest_cpu` (seconds per round) and `fastest` (the fastest round's wall)."""
+    full, half, big = runs
+    m = {"c": (full["actor_cpu"] - half["actor_cpu"]) / (full["k"] - half["k"]),
+         "b": (full["rest_cpu"] - half["rest_cpu"]) / (full["k"] - half["k"]),
+         "d": (big["actor_cpu"] - half["actor_cpu"]) / (big["n"] - half["n"]),
+         "e": (big["rest_cpu"] - half["rest_cpu"]) / (big["n"] - half["n"])}
+    m["a"] = min(r["fastest"] - (m["b"] + m["c"]) * r["k"] - (m["d"] + m["e"]) * r["n"]
+                 for r in runs)
+    return m
 
 
-def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0) -> float:
-    return m["a"] + m["b"] * k + m["c"] * k / actors + transfer
+def predict(m: dict[str, float], n: int, k: int, actors: int, transfer: float = 0.0) -> float:
+    return (m["a"] + m["b"] * k + m["e"] * n + (m["c"] * k + m["d"] * n) / actors + transfer)
 
 
 def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
@@ -78,10 +84,11 @@ def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
     return (nodes * 4 * params + hit * 8 * params) * 8 / (gbit_s * 1e9)
 
 
-def actors_needed(m: dict[str, float], k: int, target: float, transfer: float) -> float | None:
-    """DeviceActors for a target s/round at K per round (None: a + b*K alone exceeds it)."""
-    room = target - m["a"] - m["b"] * k - transfer
-    return math.ceil(m["c"] * k / room) if room > 0 else None
+def actors_needed(m: dict[str, float], n: int, k: int, target: float,
+                  transfer: float) -> int | None:
+    """DeviceActors for a target s/round (None: what does not shrink with actors exceeds it)."""
+    room = target - m["a"] - m["b"] * k - m["e"] * n - transfer
+    return max(1, math.ceil((m["c"] * k + m["d"] * n) / room)) if room > 0 else None
 
 
 def cpu_by_role(root: int) -> dict[str, float]:
@@ -113,33 +120,35 @@ def cpu_by_role(root: int) -> dict[str, float]:
     return out
 
 
-def measure(n: int, k: int, rounds: int, mode: str, out: Path,
-            extra: list[str]) -> dict[str, float]:
-    """Rounds 2..R of the standard workload: fastest wall, and per round the DeviceActors' CPU
-    seconds and the wall time left beside them (medians; the fastest for the latter)."""
+def measure(n: int, k: int, rounds: int, mode: str, out: Path, extra: list[str],
+            root: int | None = None) -> dict[str, float]:
+    """Rounds 2..R of the standard workload: the fastest round's wall, the median one's, and
+    the median CPU seconds per round of the DeviceActors and of the rest of `root`'s process
+    tree (default: this process's)."""
     from raymm.api import run
 
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", "eval.every=1000000",
                  f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+    root = root or os.getpid()
     samples: list[dict[str, float]] = []
     walls: list[float] = []
 
     def between_rounds(row: dict[str, Any]) -> None:
-        samples.append(cpu_by_role(os.getpid()))
+        samples.append(cpu_by_role(root))
         walls.append(row["wall_seconds"])
 
     settle()
-    samples.append(cpu_by_role(os.getpid()))
+    samples.append(cpu_by_role(root))
     run(SCENARIO, overrides, out=out, executor="ray", on_round=between_rounds)
-    dev = [b["actors"] - a["actors"] for a, b in zip(samples, samples[1:])][1:rounds]
-    wall = walls[1:rounds]  # round 1 carries start-up, the last evaluates
-    res = {"fastest": min(wall), "median": statistics.median(wall),
-           "actor_cpu": statistics.median(dev),
-           "rest": min(w - d for w, d in zip(wall, dev))}
-    print(f"  K={k} {' '.join(extra)}: fastest round {res['fastest']:.4f} s (median "
-          f"{res['median']:.4f}), DeviceActor CPU {res['actor_cpu']:.4f} s/round, the rest "
-          f"{res['rest']:.4f} s", flush=True)
+    steps = list(zip(samples, samples[1:]))[1:rounds]  # round 1 starts up, the last evaluates
+    res = {"n": n, "k": k, "fastest": min(walls[1:rounds]),
+           "median": statistics.median(walls[1:rounds]),
+           "actor_cpu": statistics.median(b["actors"] - a["actors"] for a, b in steps),
+           "rest_cpu": statistics.median(b["rest"] - a["rest"] for a, b in steps)}
+    print(f"  N={n} K={k} {' '.join(extra)}: fastest round {res['fastest']:.4f} s (median "
+          f"{res['median']:.4f}); CPU per round: DeviceActors {res['actor_cpu']:.3f} s, the "
+          f"rest {res['rest_cpu']:.3f} s", flush=True)
     return res
 
 
@@ -150,24 +159,26 @@ def free_port() -> int:
 
 
 def node_ports() -> list[str]:
+    """Explicit free ports for what a node listens on: no clash with other Rays here."""
     names = ["node-manager-port", "object-manager-port", "dashboard-agent-grpc-port",
              "dashboard-agent-listen-port", "metrics-export-port", "runtime-env-agent-port"]
     return [f"--{n}={free_port()}" for n in names]
 
 
 @contextmanager
-def two_nodes(log_dir: Path) -> Iterator[str]:
+def two_nodes(log_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A head and a worker node of one CPU each on 127.0.0.1 with token auth; yields the
-    address. Stopped by terminating the two `ray start --block` processes (never `ray stop`,
-    which would stop every Ray on the machine)."""
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+    address and the environment a driver needs (the token). Stopped by terminating the two
+    `ray start --block` processes (never `ray stop`, which would stop every Ray on the
+    machine)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
     port = free_port()
     temp = tempfile.mkdtemp(prefix="rmc", dir="/tmp")  # short: unix socket paths are limited
     procs: list[subprocess.Popen] = []
 
     def start(args: list[str], name: str) -> None:
         log = log_dir / f"{name}.log"
-        proc = subprocess.Popen([RAY, "start", *args, *node_ports(), *NODE],
+        proc = subprocess.Popen([RAY, "start", *args, *node_ports(), *NODE], env=env,
                                 stdout=log.open("w"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
         procs.append(proc)
@@ -182,7 +193,7 @@ def two_nodes(log_dir: Path) -> Iterator[str]:
                f"--ray-client-server-port={free_port()}", "--include-dashboard=false",
                f"--temp-dir={temp}"], "head")
         start([f"--address=127.0.0.1:{port}"], "worker")
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", env
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
@@ -193,8 +204,20 @@ def two_nodes(log_dir: Path) -> Iterator[str]:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         shutil.rmtree(temp, ignore_errors=True)
-        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
-            os.environ.pop(key, None)
+
+
+def measure_on(address: str, env: dict[str, str], args: argparse.Namespace) -> dict[str, float]:
+    """`measure` on the cluster at `address`, in a child process: a process that already ran
+    Ray without token auth keeps that setting, and would be refused by a token cluster."""
+    cmd = [sys.executable, __file__, "--measure-at", address, "--n", str(args.n),
+           "--k", str(args.k), "--rounds", str(args.rounds), "--mode", args.mode,
+           "--out", str(args.out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("MEASURED ")), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(f"two-node run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    print(done.stdout.split("MEASURED ")[0].rstrip(), flush=True)
+    return dict(json.loads(line[len("MEASURED "):]))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -206,24 +229,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--gbit-s", type=float, default=10.0,
                    help="network bandwidth assumed for the transfer term on a real cluster")
     p.add_argument("--out", type=Path, default=Path("runs/cluster_model"))
+    p.add_argument("--measure-at", help=argparse.SUPPRESS)  # the child of `measure_on`
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_worker_niceness", "0")  # as `raymm bench`: compete on equal terms
     args.out.mkdir(parents=True, exist_ok=True)
     n, k, mode = args.n, args.k, args.mode
+    if args.measure_at:
+        # the nodes are the parent's children: read the parent's whole tree
+        res = measure(n, k, args.rounds, mode, args.out,
+                      [f"execution.address={args.measure_at}"], root=os.getppid())
+        print("MEASURED " + json.dumps(res))
+        return res
     print(f"standard workload, N={n}, {mode}, load average {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} CPUs", flush=True)
-    one = measure(n, k, args.rounds, mode, args.out, ["execution.local_num_cpus=1"])
-    half = measure(n, k // 2, args.rounds, mode, args.out, ["execution.local_num_cpus=1"])
-    m = fit(k, (one["actor_cpu"], half["actor_cpu"]), (one["rest"], half["rest"]))
-    print(f"model: a = {m['a'] * 1e3:.1f} ms/round, b = {m['b'] * 1e6:.1f} us/device, "
-          f"c = {m['c'] * 1e6:.1f} us/device/actor", flush=True)
-    with two_nodes(args.out) as address:
-        nodes = measure(n, k, args.rounds, mode, args.out, [f"execution.address={address}"])
-    pred = predict(m, k, 2)  # on one machine the transfer is a memory copy, inside a and b
-    print(f"two nodes x 1 DeviceActor, K={k}: model {pred:.4f} s/round; measured fastest "
+    local = ["execution.local_num_cpus=1"]
+    runs = [measure(n, k, args.rounds, mode, args.out, local),
+            measure(n, k // 2, args.rounds, mode, args.out, local),
+            measure(2 * n, k // 2, args.rounds, mode, args.out, local)]
+    m = fit(runs)
+    print(f"model: a = {m['a'] * 1e3:.1f} ms/round; outside the actors b = {m['b'] * 1e6:.1f} "
+          f"us per selected device, e = {m['e'] * 1e6:.2f} us per device; inside them c = "
+          f"{m['c'] * 1e6:.1f} us per selected device, d = {m['d'] * 1e6:.2f} us per hosted "
+          f"device", flush=True)
+    with two_nodes(args.out) as (address, env):
+        nodes = measure_on(address, env, args)
+    pred = predict(m, n, k, 2)  # on one machine the transfer is a memory copy, inside a and b
+    model_cpu = m["c"] * k + m["d"] * n
+    print(f"two nodes x 1 DeviceActor, N={n} K={k}: model {pred:.4f} s/round; measured fastest "
           f"round {nodes['fastest']:.4f} ({(nodes['fastest'] - pred) / pred:+.0%}), median "
-          f"{nodes['median']:.4f}; DeviceActor CPU per device {nodes['actor_cpu'] / k * 1e6:.1f}"
-          f" us (model c {m['c'] * 1e6:.1f})")
+          f"{nodes['median']:.4f}; DeviceActor CPU {nodes['actor_cpu']:.3f} s/round (model "
+          f"{model_cpu:.3f})")
 
     sizing = []
     big_n = 1_000_000
@@ -232,15 +267,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for target in (1.0, 10.0):
             sizing.append({"N": big_n, "K": kk, "target_s": target,
                            "transfer_s": round(xfer, 4),
-                           "actors": actors_needed(m, kk, target, xfer)})
+                           "actors": actors_needed(m, big_n, kk, target, xfer)})
     print(f"N={big_n}: DeviceActors needed (transfer at {args.gbit_s:g} Gbit/s, 32 nodes):")
     for row in sizing:
         print(f"  K={row['K']:>7} target {row['target_s']:>4g} s/round: "
-              f"{row['actors'] or 'out of reach (a + b*K alone exceeds it)'} "
+              f"{row['actors'] or 'out of reach (a + b*K + e*N alone exceed it)'} "
               f"(transfer {row['transfer_s']:.3f} s)")
     result = {"N": n, "K": k, "mode": mode, "rounds": args.rounds,
-              "load_avg": os.getloadavg(), "one_actor": one, "one_actor_half_k": half,
-              "model": m, "predicted_2nodes": pred, "two_nodes": nodes, "sizing": sizing}
+              "load_avg": os.getloadavg(), "one_actor_runs": runs, "model": m,
+              "predicted_2nodes": pred, "two_nodes": nodes, "sizing": sizing}
     (args.out / "cluster_model.json").write_text(json.dumps(result, indent=1))
     return result
 
