@@ -1,29 +1,27 @@
 """Round time against cluster size: measure a simple model's constants here, then check it on a
 real two-node Ray cluster on this machine. docs/cluster.md explains the model and its use.
 
-    T(N, K, A) ~= a + b*K + e*N + (c*K + d*N) / A + transfer
+    T(K, A) ~= a + b*K + c*K/A + transfer
 
-N devices in the population, K selected per round, A = nodes x DeviceActors per node. `a` is
-paid once per round (Ray task round trips, bookkeeping), `b` per selected device and `e` per
-population device outside the actors (the server plans, gathers, aggregates: they do not shrink
-with more nodes), `c` per selected device (local training) and `d` per hosted device (what an
-actor does each round for every device it holds) inside the DeviceActors, shared out among them.
-`transfer` is the broadcast to each node and the updates back, bytes over bandwidth; on one
-machine it is a loopback copy.
+K devices selected per round, A = nodes x DeviceActors per node. `a` is paid once per round
+(Ray task round trips, planning, bookkeeping), `b` per selected device outside the actors (the
+server gathers and aggregates: it does not shrink with more nodes), `c` per selected device
+inside a DeviceActor (local training), shared out among the actors. `transfer` is the broadcast
+to each node and the updates back, bytes over bandwidth; on one machine it is a loopback copy.
 
 It runs the standard bench workload (scenarios/bench/standard.yaml, `raymm bench`'s) for a few
-rounds on an embedded Ray with one DeviceActor at (N, K), (N, K/2) and (2N, K/2), and after
-every round reads the CPU time of the run's own processes from /proc, split into the
-DeviceActor and the rest (driver, ServerActor, Ray's daemons). Medians over rounds 2..R:
-  * c, d: the DeviceActor's CPU seconds per round against K and N; b, e: the rest's;
-  * a: the fastest round's wall time less b*K + e*N + c*K + d*N (the lowest of the three runs).
+rounds on an embedded Ray with one DeviceActor at K, K/2 and K=10, and after every round reads
+the CPU time of the run's own processes from /proc, split into the DeviceActor and the rest
+(driver, ServerActor, Ray's daemons). With medians over rounds 2..R:
+  * c and b: the DeviceActor's and the rest's CPU seconds per round, slope from K/2 to K;
+  * a: the fastest round at K=10, less (b + c) * 10.
 CPU time, not the speed-up from one to two actors, because on a shared 2-core machine a second
 actor gets no second core (measured: two actors were slower than one at load 8-11), and outside
-load stretches wall time but hardly CPU time. Then two Ray nodes (`ray start --head`,
+load stretches wall time far more than CPU time. Then two Ray nodes (`ray start --head`,
 `ray start --address`, one CPU each, token auth, as in tests/integration/test_multinode.py) run
-(N, K) with one DeviceActor per node: its fastest round and its CPU split, next to the model's
-prediction. Last, the model sized for a population of a million: DeviceActors needed for a
-target s/round.
+K with one DeviceActor per node: its fastest and median round and its actors' CPU, next to the
+model's prediction. Last, the model sized for a population of a million: DeviceActors needed
+for a target s/round.
 
     python scenarios/bench/cluster_model.py [--n 5000 --k 1000 --rounds 8]
 
@@ -59,20 +57,17 @@ PARAMS = 64 * 64 + 64 + 64 * 6 + 6  # standard.yaml's Linear(64,64)-ReLU-Linear(
 
 
 def fit(runs: list[dict[str, float]]) -> dict[str, float]:
-    """a, b, c, d, e from three one-actor runs at (N, K), (N, K/2), (2N, K/2): each with n, k,
-    `actor_cpu` and `rest_cpu` (seconds per round) and `fastest` (the fastest round's wall)."""
-    full, half, big = runs
+    """a, b, c from three one-actor runs at K, K/2 and a small K: each with k, `actor_cpu` and
+    `rest_cpu` (median CPU seconds per round) and `fastest` (the fastest round's wall)."""
+    full, half, small = runs
     m = {"c": (full["actor_cpu"] - half["actor_cpu"]) / (full["k"] - half["k"]),
-         "b": (full["rest_cpu"] - half["rest_cpu"]) / (full["k"] - half["k"]),
-         "d": (big["actor_cpu"] - half["actor_cpu"]) / (big["n"] - half["n"]),
-         "e": (big["rest_cpu"] - half["rest_cpu"]) / (big["n"] - half["n"])}
-    m["a"] = min(r["fastest"] - (m["b"] + m["c"]) * r["k"] - (m["d"] + m["e"]) * r["n"]
-                 for r in runs)
+         "b": (full["rest_cpu"] - half["rest_cpu"]) / (full["k"] - half["k"])}
+    m["a"] = small["fastest"] - (m["b"] + m["c"]) * small["k"]
     return m
 
 
-def predict(m: dict[str, float], n: int, k: int, actors: int, transfer: float = 0.0) -> float:
-    return (m["a"] + m["b"] * k + m["e"] * n + (m["c"] * k + m["d"] * n) / actors + transfer)
+def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0) -> float:
+    return m["a"] + m["b"] * k + m["c"] * k / actors + transfer
 
 
 def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
@@ -84,11 +79,10 @@ def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
     return (nodes * 4 * params + hit * 8 * params) * 8 / (gbit_s * 1e9)
 
 
-def actors_needed(m: dict[str, float], n: int, k: int, target: float,
-                  transfer: float) -> int | None:
+def actors_needed(m: dict[str, float], k: int, target: float, transfer: float) -> int | None:
     """DeviceActors for a target s/round (None: what does not shrink with actors exceeds it)."""
-    room = target - m["a"] - m["b"] * k - m["e"] * n - transfer
-    return max(1, math.ceil((m["c"] * k + m["d"] * n) / room)) if room > 0 else None
+    room = target - m["a"] - m["b"] * k - transfer
+    return max(1, math.ceil(m["c"] * k / room)) if room > 0 else None
 
 
 def cpu_by_role(root: int) -> dict[str, float]:
@@ -243,18 +237,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"standard workload, N={n}, {mode}, load average {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} CPUs", flush=True)
     local = ["execution.local_num_cpus=1"]
-    runs = [measure(n, k, args.rounds, mode, args.out, local),
-            measure(n, k // 2, args.rounds, mode, args.out, local),
-            measure(2 * n, k // 2, args.rounds, mode, args.out, local)]
+    runs = [measure(n, kk, args.rounds, mode, args.out, local) for kk in (k, k // 2, 10)]
     m = fit(runs)
-    print(f"model: a = {m['a'] * 1e3:.1f} ms/round; outside the actors b = {m['b'] * 1e6:.1f} "
-          f"us per selected device, e = {m['e'] * 1e6:.2f} us per device; inside them c = "
-          f"{m['c'] * 1e6:.1f} us per selected device, d = {m['d'] * 1e6:.2f} us per hosted "
-          f"device", flush=True)
+    print(f"model: a = {m['a'] * 1e3:.1f} ms/round, b = {m['b'] * 1e6:.1f} us per selected "
+          f"device outside the actors, c = {m['c'] * 1e6:.1f} us per selected device inside "
+          f"them", flush=True)
     with two_nodes(args.out) as (address, env):
         nodes = measure_on(address, env, args)
-    pred = predict(m, n, k, 2)  # on one machine the transfer is a memory copy, inside a and b
-    model_cpu = m["c"] * k + m["d"] * n
+    pred = predict(m, k, 2)  # on one machine the transfer is a memory copy, inside a and b
+    model_cpu = m["c"] * k
     print(f"two nodes x 1 DeviceActor, N={n} K={k}: model {pred:.4f} s/round; measured fastest "
           f"round {nodes['fastest']:.4f} ({(nodes['fastest'] - pred) / pred:+.0%}), median "
           f"{nodes['median']:.4f}; DeviceActor CPU {nodes['actor_cpu']:.3f} s/round (model "
@@ -267,11 +258,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for target in (1.0, 10.0):
             sizing.append({"N": big_n, "K": kk, "target_s": target,
                            "transfer_s": round(xfer, 4),
-                           "actors": actors_needed(m, big_n, kk, target, xfer)})
+                           "actors": actors_needed(m, kk, target, xfer)})
     print(f"N={big_n}: DeviceActors needed (transfer at {args.gbit_s:g} Gbit/s, 32 nodes):")
     for row in sizing:
         print(f"  K={row['K']:>7} target {row['target_s']:>4g} s/round: "
-              f"{row['actors'] or 'out of reach (a + b*K + e*N alone exceed it)'} "
+              f"{row['actors'] or 'out of reach (a + b*K alone exceeds it)'} "
               f"(transfer {row['transfer_s']:.3f} s)")
     result = {"N": n, "K": k, "mode": mode, "rounds": args.rounds,
               "load_avg": os.getloadavg(), "one_actor_runs": runs, "model": m,

@@ -17,30 +17,25 @@ def cluster_model():
 
 def test_fit_recovers_the_constants_of_times_the_model_made():
     cm = cluster_model()
-    true = {"a": 0.05, "b": 3e-5, "c": 4e-4, "d": 2e-5, "e": 1e-6}
+    true = {"a": 0.05, "b": 3e-5, "c": 4e-4}
 
-    def one_actor_run(n, k, slower=0.0):
-        return {"n": n, "k": k, "actor_cpu": 0.01 + true["c"] * k + true["d"] * n,
-                "rest_cpu": 0.02 + true["b"] * k + true["e"] * n,
-                "fastest": cm.predict(true, n, k, 1) + slower}
+    def one_actor_run(k, slower=0.0):
+        return {"k": k, "actor_cpu": 0.01 + true["c"] * k, "rest_cpu": 0.02 + true["b"] * k,
+                "fastest": cm.predict(true, k, 1) + slower}
 
-    # outside load only slows a round down: the least slowed run sets a
-    got = cm.fit([one_actor_run(5000, 1000, 0.3), one_actor_run(5000, 500),
-                  one_actor_run(10000, 500, 0.1)])
+    # the CPU slopes give b and c whatever outside load did to the wall times
+    got = cm.fit([one_actor_run(1000, 0.3), one_actor_run(500, 0.2), one_actor_run(10)])
     assert got == pytest.approx(true, rel=1e-9)
-    assert cm.predict(got, 8000, 4000, 8) == pytest.approx(
-        0.05 + 3e-5 * 4000 + 1e-6 * 8000 + (4e-4 * 4000 + 2e-5 * 8000) / 8)
+    assert cm.predict(got, 4000, 8) == pytest.approx(0.05 + 3e-5 * 4000 + 4e-4 * 500)
 
 
 def test_actors_needed_meets_the_target_or_says_it_cannot():
     cm = cluster_model()
-    m = {"a": 0.1, "b": 1e-5, "c": 1e-3, "d": 1e-6, "e": 1e-7}
-    n = 10**6
-    need = cm.actors_needed(m, n, 10_000, 1.0, 0.0)   # room 0.7 s for 11 s of actor work
-    assert need == 16
-    assert cm.predict(m, n, 10_000, need) <= 1.0 < cm.predict(m, n, 10_000, need - 1)
-    assert cm.actors_needed(m, n, 100_000, 1.0, 0.0) is None   # b*K alone is 1 s
-    assert cm.actors_needed(m, 1000, 100, 10.0, 0.0) == 1
+    m = {"a": 0.1, "b": 1e-5, "c": 1e-3}
+    need = cm.actors_needed(m, 10_000, 1.0, 0.0)            # room 0.8 s for 10 s of training
+    assert need == 13 and cm.predict(m, 10_000, need) <= 1.0 < cm.predict(m, 10_000, need - 1)
+    assert cm.actors_needed(m, 100_000, 1.0, 0.0) is None   # b*K alone is 1 s
+    assert cm.actors_needed(m, 100, 10.0, 0.0) == 1
 
 
 def test_transfer_counts_one_vector_per_block_holding_a_selected_device():
