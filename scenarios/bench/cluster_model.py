@@ -1,12 +1,14 @@
 """Round time against cluster size: measure a simple model's constants here, then check it on a
 real two-node Ray cluster on this machine. docs/cluster.md explains the model and its use.
 
-    T(K, A) ~= a + b*K + c*K/A + transfer
+    T(N, K, A) ~= a + e*N + b*K + c*K/A + transfer
 
-K devices selected per round, A = nodes x DeviceActors per node. `a` is paid once per round
-(Ray task round trips, planning, bookkeeping), `b` per selected device outside the actors (the
-server gathers and aggregates: it does not shrink with more nodes), `c` per selected device
-inside a DeviceActor (local training), shared out among the actors. `transfer` is the broadcast
+N devices in the population, K selected per round, A = nodes x DeviceActors per node. `a` is
+paid once per round (Ray task round trips, planning, bookkeeping), `e` per population device
+(availability and selection over everyone; counted as not shrinking with actors), `b` per
+selected device outside the actors (the server gathers and aggregates: it does not shrink with
+more nodes), `c` per selected device inside a DeviceActor (local training), shared out among
+the actors. `transfer` is the broadcast
 to each node and the updates back, bytes over bandwidth; on one machine it is a loopback copy.
 
 It runs the standard bench workload (scenarios/bench/standard.yaml, `raymm bench`'s) for a few
@@ -14,7 +16,8 @@ rounds on an embedded Ray with one DeviceActor at K, K/2 and K=10, and after eve
 the CPU time of the run's own processes from /proc, split into the DeviceActor and the rest
 (driver, ServerActor, Ray's daemons). With medians over rounds 2..R:
   * c and b: the DeviceActor's and the rest's CPU seconds per round, slope from K/2 to K;
-  * a: the fastest round at K=10, less (b + c) * 10.
+  * a: the fastest round at K=10, less (b + c) * 10 and less e*N;
+  * e: the serial executor (all in one process) at K=10 with N and 4N devices, CPU per round.
 CPU time, not the speed-up from one to two actors, because on a shared 2-core machine a second
 actor gets no second core (measured: two actors were slower than one at load 8-11), and outside
 load stretches wall time far more than CPU time. Then two Ray nodes (`ray start --head`,
@@ -66,8 +69,11 @@ def fit(runs: list[dict[str, float]]) -> dict[str, float]:
     return m
 
 
-def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0) -> float:
-    return m["a"] + m["b"] * k + m["c"] * k / actors + transfer
+def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0,
+            n: int = 0) -> float:
+    """Seconds per round; `e` (per population device, counted as not shrinking with actors)
+    enters with n."""
+    return m["a"] + m.get("e", 0.0) * n + m["b"] * k + m["c"] * k / actors + transfer
 
 
 def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
@@ -79,9 +85,10 @@ def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
     return (nodes * 4 * params + hit * 8 * params) * 8 / (gbit_s * 1e9)
 
 
-def actors_needed(m: dict[str, float], k: int, target: float, transfer: float) -> int | None:
+def actors_needed(m: dict[str, float], k: int, target: float, transfer: float,
+                  n: int = 0) -> int | None:
     """DeviceActors for a target s/round (None: what does not shrink with actors exceeds it)."""
-    room = target - m["a"] - m["b"] * k - transfer
+    room = target - m["a"] - m.get("e", 0.0) * n - m["b"] * k - transfer
     return max(1, math.ceil(m["c"] * k / room)) if room > 0 else None
 
 
@@ -144,6 +151,22 @@ def measure(n: int, k: int, rounds: int, mode: str, out: Path, extra: list[str],
           f"{res['median']:.4f}); CPU per round: DeviceActors {res['actor_cpu']:.3f} s, the "
           f"rest {res['rest_cpu']:.3f} s", flush=True)
     return res
+
+
+def population_cost(n: int, rounds: int, out: Path) -> float:
+    """CPU seconds per round per population device: the serial executor (everything in this
+    process) at K=10 with N and 4N devices, median CPU per round over rounds 2..R."""
+    from raymm.api import run
+
+    per_round = []
+    for nn in (n, 4 * n):
+        cpu = [time.process_time()]
+        run(SCENARIO, [f"dataset.clients={nn}", f"population.devices={nn}", "selection.k=10",
+                       f"rounds={rounds + 1}", "eval.every=1000000"], out=out,
+            executor="serial", on_round=lambda row, cpu=cpu: cpu.append(time.process_time()))
+        per_round.append(statistics.median(b - a for a, b in zip(cpu[1:rounds], cpu[2:])))
+        print(f"  N={nn} K=10 serial: CPU {per_round[-1]:.4f} s/round", flush=True)
+    return (per_round[1] - per_round[0]) / (3 * n)
 
 
 def free_port() -> int:
@@ -239,12 +262,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     local = ["execution.local_num_cpus=1"]
     runs = [measure(n, kk, args.rounds, mode, args.out, local) for kk in (k, k // 2, 10)]
     m = fit(runs)
+    m["e"] = population_cost(n, args.rounds, args.out)
+    m["a"] -= m["e"] * n  # the K=10 run paid the population's share at N: keep it in e*N
     print(f"model: a = {m['a'] * 1e3:.1f} ms/round, b = {m['b'] * 1e6:.1f} us per selected "
           f"device outside the actors, c = {m['c'] * 1e6:.1f} us per selected device inside "
-          f"them", flush=True)
+          f"them, e = {m['e'] * 1e6:.2f} us per population device", flush=True)
     with two_nodes(args.out) as (address, env):
         nodes = measure_on(address, env, args)
-    pred = predict(m, k, 2)  # on one machine the transfer is a memory copy, inside a and b
+    pred = predict(m, k, 2, 0.0, n)  # on one machine the transfer is a memory copy
     model_cpu = m["c"] * k
     print(f"two nodes x 1 DeviceActor, N={n} K={k}: model {pred:.4f} s/round; measured fastest "
           f"round {nodes['fastest']:.4f} ({(nodes['fastest'] - pred) / pred:+.0%}), median "
@@ -258,11 +283,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for target in (1.0, 10.0):
             sizing.append({"N": big_n, "K": kk, "target_s": target,
                            "transfer_s": round(xfer, 4),
-                           "actors": actors_needed(m, kk, target, xfer)})
+                           "actors": actors_needed(m, kk, target, xfer, big_n)})
     print(f"N={big_n}: DeviceActors needed (transfer at {args.gbit_s:g} Gbit/s, 32 nodes):")
     for row in sizing:
         print(f"  K={row['K']:>7} target {row['target_s']:>4g} s/round: "
-              f"{row['actors'] or 'out of reach (a + b*K alone exceeds it)'} "
+              f"{row['actors'] or 'out of reach (a + e*N + b*K alone exceed it)'} "
               f"(transfer {row['transfer_s']:.3f} s)")
     result = {"N": n, "K": k, "mode": mode, "rounds": args.rounds,
               "load_avg": os.getloadavg(), "one_actor_runs": runs, "model": m,

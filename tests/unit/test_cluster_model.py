@@ -36,6 +36,8 @@ def test_actors_needed_meets_the_target_or_says_it_cannot():
     assert need == 13 and cm.predict(m, 10_000, need) <= 1.0 < cm.predict(m, 10_000, need - 1)
     assert cm.actors_needed(m, 100_000, 1.0, 0.0) is None   # b*K alone is 1 s
     assert cm.actors_needed(m, 100, 10.0, 0.0) == 1
+    # a population-wide cost per round eats into the room: 0.5 s at a million devices
+    assert cm.actors_needed({**m, "e": 5e-7}, 10_000, 1.0, 0.0, 10**6) == 34
 
 
 def test_transfer_counts_one_vector_per_block_holding_a_selected_device():
