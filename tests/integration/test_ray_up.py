@@ -50,8 +50,9 @@ HEAD_FLAGS = ("--node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1 --num-cpus
               " --resources='{\"rayup_head\": 2}' --disable-usage-stats")
 
 
-def raylets() -> list[str]:
-    """Command lines of every raylet running on this machine (any user's)."""
+def raylets(containing: str = "") -> list[str]:
+    """Command lines of every raylet running on this machine (any user's) whose command line
+    contains `containing`."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -59,8 +60,9 @@ def raylets() -> list[str]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if argv and Path(argv[0].decode(errors="replace")).name == "raylet":
-                found.append(f"{entry.name}: {b' '.join(argv).decode(errors='replace')[:200]}")
+            line = b" ".join(argv).decode(errors="replace")
+            if Path(argv[0].decode(errors="replace")).name == "raylet" and containing in line:
+                found.append(f"{entry.name}: {line[:200]}")
     return found
 
 
@@ -215,10 +217,10 @@ def test_ray_up_job_submit_ray_down_on_loopback():
         upped = False
         ray_cli(["down", "-y", str(config)], env, root / "down.log", 300)
         phases["ray_down"] = time.monotonic() - t
-        deadline = time.monotonic() + 60
-        while raylets() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60  # the head's raylet: its sockets are in ray_tmp
+        while raylets(str(ray_tmp)) and time.monotonic() < deadline:
             time.sleep(1)
-        assert raylets() == [], "ray down left a raylet running"
+        assert raylets(str(ray_tmp)) == [], "ray down left the head's raylet running"
         state = json.loads((client_tmp / "ray" / f"cluster-{name}.state").read_text())
         assert [n["state"] for n in state.values()] == ["terminated"]
     finally:
