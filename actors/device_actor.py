@@ -25,7 +25,7 @@ from raymm.host import HostSpec
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.torch_device import choose_torch_device
-from raymm.vectorised import make_host
+from raymm.hosts import make_host
 
 
 @ray.remote

@@ -37,6 +37,7 @@ from raymm.config import ExecutionSpec
 from raymm.engine import Trained, World
 from raymm.faults import host_kills
 from raymm.local import build_model
+from raymm.round_record import RoundRecord
 from raymm.vectorised import why_not_vectorised
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class RayExecutor:
         return calls
 
     def aggregate(self, t: int, planned: tuple[Any, Any],
-                  calls: list[tuple[int, Any, Any, Any]] | None) -> dict[str, Any]:
+                  calls: list[tuple[int, Any, Any, Any]] | None) -> RoundRecord:
         """Aggregation of every result, submitted before any of them exists; the driver waits
         once, for the statistics, the plan and the statuses together. If that fails, an actor
         died: before reporting (the plan failed: replay the whole round carefully) or while
@@ -190,7 +191,8 @@ class RayExecutor:
             else:
                 for status in statuses:
                     self.vault.update(status["states"])
-                return {**stats, "actors_killed": 0, "_selected": plan.selected}
+                stats.row["actors_killed"] = 0
+                return stats
             try:
                 ray.get(plan_ref)
             except RayError:
@@ -203,7 +205,7 @@ class RayExecutor:
         return self._aggregate_carefully(t, plan_ref, calls)
 
     def _aggregate_carefully(self, t: int, plan_ref: Any,
-                             calls: list[tuple[int, Any, Any, Any]]) -> dict[str, Any]:
+                             calls: list[tuple[int, Any, Any, Any]]) -> RoundRecord:
         """Collect the statuses one by one (a dead actor is an error value: its selected devices
         are lost this round and it is revived), then aggregate the surviving results."""
         self._reports = {}  # asked of actors that may be dead now: ask again next round
@@ -223,7 +225,8 @@ class RayExecutor:
                 out.results.append(result_ref)
         stats = ray.get(self.server.aggregate.remote(t, plan_ref, *out.results,
                                                      lost=out.lost_ids()))
-        return {**stats, "actors_killed": out.hosts_killed, "_selected": plan.selected}
+        stats.row["actors_killed"] = out.hosts_killed
+        return stats
 
     def _revive(self, i: int) -> None:
         """Give a (restarted or, past max_restarts, replaced) actor its devices' state back."""

@@ -12,6 +12,7 @@ from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
+from raymm.round_record import RoundRecord
 from raymm.server import Policies, Server
 
 
@@ -29,10 +30,10 @@ class ServerActor:
         return self.server.plan(t, list(reports))
 
     def aggregate(self, t: int, plan: RoundPlan, *results: HostResult,
-                  lost: np.ndarray | None = None) -> dict[str, Any]:
+                  lost: np.ndarray | None = None) -> RoundRecord:
         return self.server.aggregate(t, plan, list(results), lost)
 
-    def evaluate(self, t: int) -> dict[str, float]:
+    def evaluate(self, t: int) -> RoundRecord:
         return self.server.evaluate(t)
 
     def eval_payload(self, t: int) -> Broadcast:

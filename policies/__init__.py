@@ -5,7 +5,8 @@ Importing this package registers every policy in `raymm.registry`. Never imports
 
 from __future__ import annotations
 
-from policies import aggregation, objective, schedule, selection  # noqa: F401  (registers)
+# examples: the worked examples of docs/adding-a-policy.md, registered as any other policy
+from policies import aggregation, examples, objective, schedule, selection  # noqa: F401
 from policies.presets import METHODS, PRESETS
 
 __all__ = ["METHODS", "PRESETS"]

@@ -15,9 +15,6 @@ import numpy as np
 
 from raymm.errors import RaymmError
 
-KEY = "_diverged"  # round-row key: the devices whose loss was not finite (a list, maybe empty)
-
-
 def diverged(device_ids: np.ndarray, loss: np.ndarray, params: dict[str, np.ndarray]
              ) -> list[int] | None:
     """None when the round's losses and the aggregated model are finite; else the ids of the

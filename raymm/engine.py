@@ -17,6 +17,7 @@ from raymm.config import Scenario
 from raymm.data.base import Dataset
 from raymm.host import HostSpec
 from raymm.population import Population
+from raymm.round_record import RoundRecord
 from raymm.server import Policies
 
 #: prefix of the per-device metrics when a run reports them next to the pooled ones
@@ -61,10 +62,12 @@ class Executor(Protocol):
     def train(self, t: int, planned: Any) -> Any: ...
 
     def aggregate(self, t: int, planned: Any, results: Any) -> Any:
-        """The round's statistics; `_selected` carries the selected ids (for pictures)."""
+        """The round's `RoundRecord` (or a future of it): its row, selected ids, divergence."""
         ...
 
-    def evaluate(self, t: int) -> Any: ...
+    def evaluate(self, t: int) -> Any:
+        """The pooled evaluation as a `RoundRecord` (its columns and confusion matrix)."""
+        ...
 
     def evaluate_devices(self, t: int) -> Any:
         """Every host evaluates its own devices; the server turns the counts into metrics."""
@@ -87,30 +90,30 @@ def is_eval_round(t: int, sc: Scenario) -> bool:
     return t % sc.eval.every == 0 or t == sc.rounds
 
 
-def run_round(ex: Executor, t: int, sc: Scenario) -> dict[str, Any]:
+def run_round(ex: Executor, t: int, sc: Scenario) -> RoundRecord:
     """One round: poll → plan (selection + schedule) → train → aggregate (+ evaluate)."""
     wall0 = time.perf_counter()
     reports = ex.poll(t)
     planned = ex.plan(t, reports)
     results = ex.train(t, planned)
-    stats = ex.get(ex.aggregate(t, planned, results))
+    record: RoundRecord = ex.get(ex.aggregate(t, planned, results))
     if is_eval_round(t, sc):
-        stats.update(evaluate(ex, t, sc.eval.scope))
-    stats["wall_seconds"] = time.perf_counter() - wall0
-    return stats
+        record.merge(evaluate(ex, t, sc.eval.scope))
+    record.row["wall_seconds"] = time.perf_counter() - wall0
+    return record
 
 
-def evaluate(ex: Executor, t: int, scope: str) -> dict[str, Any]:
+def evaluate(ex: Executor, t: int, scope: str) -> RoundRecord:
     """The round's evaluation entries: the global model on the pooled test split, every device
     on its own test part, or both (the device entries then prefixed `personal_`, so the
     headline accuracy, early stopping and Acc@B stay those of the global model). Both
     evaluations are started before either is waited on."""
     pooled = ex.evaluate(t) if scope in ("pooled", "both") else None
     devices = ex.evaluate_devices(t) if scope in ("devices", "both") else None
-    out: dict[str, Any] = dict(ex.get(pooled)) if pooled is not None else {}
+    out: RoundRecord = ex.get(pooled) if pooled is not None else RoundRecord()
     if devices is not None:
         got = ex.get(devices)
-        out.update(personal_entries(got) if scope == "both" else got)
+        out.row.update(personal_entries(got) if scope == "both" else got)
     return out
 
 
@@ -122,15 +125,16 @@ def personal_entries(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_rounds(ex: Executor, sc: Scenario, first: int,
-               on_round: Callable[[dict[str, Any]], bool | None]) -> int:
-    """Rounds `first..sc.rounds`; `on_round` gets each round's row and may return True to stop.
+               on_round: Callable[[RoundRecord], bool | None]) -> int:
+    """Rounds `first..sc.rounds`; `on_round` gets each round's record and may return True to
+    stop.
 
     Returns the last completed round.
     """
     last = first - 1
     for t in range(first, sc.rounds + 1):
-        row = run_round(ex, t, sc)
+        record = run_round(ex, t, sc)
         last = t
-        if on_round(row):
+        if on_round(record):
             break
     return last

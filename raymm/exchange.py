@@ -1,17 +1,19 @@
-"""What a device keeps between rounds and what it exchanges with the server.
+"""What a device exchanges with the server, and which vectors it keeps for that
+(`raymm.device_state.DeviceState.params` and `.base`).
 
 `training.exchange` picks one of three behaviours, all decided here so hosts stay generic:
 
 - ``params`` (default): a selected device loads the server's vectors (its cluster's model when
   the broadcast carries cluster models), trains, and uploads its trained vectors. Nothing is kept.
-- ``delta``: a device keeps its own parameters across the rounds of a sync window (state
-  ``params/<g>``, dropped once the window's training is sent or a new window starts). Training is
-  split into sync windows of ``training.sync_every`` rounds (restarting at every schedule phase);
-  at its first selection in a window a device downloads the server's vector of the groups it
-  trains (its base, state ``base/<g>``), and if selected in the last round (a sync) it uploads
-  the change of each trained group since that base. Between, it trains its own parameters and
-  sends nothing. Models change only at syncs, so every delta the server receives was computed
-  against a vector the server holds now (its cluster's model, or the global one). With
+- ``delta``: a device keeps its own parameters across the rounds of a sync window
+  (`DeviceState.params`, dropped once the window's training is sent or a new window starts).
+  Training is split into sync windows of ``training.sync_every`` rounds (restarting at every
+  schedule phase); at its first selection in a window a device downloads the server's vector
+  of the groups it trains (its base, `DeviceState.base`), and if selected in the last round
+  (a sync) it uploads the change of each trained group since that base. Between, it trains its
+  own parameters and sends nothing. Models change only at syncs, so every delta the server
+  receives was computed against a vector the server holds now (its cluster's model, or the
+  global one). With
   ``sync_every: 1`` every round downloads and uploads (ordinary per-round aggregation).
   Groups a device holds but does not train this round (the earlier modalities of a chain, kept
   frozen) are always the server's vectors it is evaluated with, never a stale own copy.
@@ -28,17 +30,16 @@ identically from the seed (the one model every device starts from).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raymm.device_state import DeviceState
 from raymm.messages import Broadcast, RoundPlan
 
 if TYPE_CHECKING:
     from raymm.policy import Aggregator, Schedule
-
-PARAMS = "params/"
-BASE = "base/"
 
 
 def sync_window(t: int, sc: Any, schedule: Schedule) -> tuple[int, bool]:
@@ -67,58 +68,53 @@ def downloads(exchange: str, last_download: np.ndarray, window_start: int) -> np
 
 
 def start_vectors(exchange: str, plan: RoundPlan, bcast: Broadcast, device: int,
-                  trained: list[str], state: dict[str, np.ndarray],
-                  initial: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
-                                                         dict[str, np.ndarray]]:
+                  trained: list[str], state: DeviceState, initial: dict[str, np.ndarray]
+                  ) -> tuple[dict[str, np.ndarray], DeviceState]:
     """Vectors to load for every travelling group before training, and the device's state with
-    any new bases (the inputs are not mutated)."""
+    any new bases (the input is not changed)."""
     if exchange == "params":
         return {g: bcast.vector(g, device) for g in bcast.params}, state
-    st = dict(state)
     if exchange in ("none", "personal"):
-        return {g: st.get(PARAMS + g, v) for g, v in initial.items()}, st
+        return {g: state.params.get(g, v) for g, v in initial.items()}, state
     # delta: frozen groups are what the device is evaluated with; trained ones are its own
     start = {g: bcast.vector(g, device) for g in bcast.params}
     if plan.downloads(device):
         # a new sync window: whatever an earlier window left (own parameters and bases of
         # this or of an earlier phase's groups) is never read again
-        st = {k: v for k, v in st.items() if not k.startswith((PARAMS, BASE))}
-        for g in trained:
-            start[g] = st[BASE + g] = bcast.vector(g, device)
-        return start, st
+        base = {g: bcast.vector(g, device) for g in trained}
+        start.update(base)
+        return start, replace(state, params={}, base=base)
     for g in trained:
-        start[g] = st.get(PARAMS + g, initial[g])
-    return start, st
+        start[g] = state.params.get(g, initial[g])
+    return start, state
 
 
-def finish(exchange: str, plan: RoundPlan, trained: dict[str, np.ndarray],
-           state: dict[str, np.ndarray], initial: dict[str, np.ndarray]
-           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def finish(exchange: str, plan: RoundPlan, trained: dict[str, np.ndarray], state: DeviceState,
+           initial: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], DeviceState]:
     """(uploads per group, new state) after training: trained vectors, deltas, or nothing."""
     if exchange == "params":
         return trained, state
-    st = dict(state)
-    for g, v in trained.items():
-        st[PARAMS + g] = v
+    params = {**state.params, **trained}
     if exchange in ("none", "personal") or not plan.upload:
-        return {}, st
+        return {}, replace(state, params=params)
+    base = dict(state.base)
     uploads = {}
     for g, v in trained.items():
-        uploads[g] = (v - st.get(BASE + g, initial[g])).astype(np.float32)
+        uploads[g] = (v - base.get(g, initial[g])).astype(np.float32)
         # synced: the device downloads at its next selection (a new window), so neither its
         # parameters nor their base are read again; dropping them bounds what devices keep
         # to the devices inside the current window
-        del st[PARAMS + g]
-        st.pop(BASE + g, None)
-    return uploads, st
+        del params[g]
+        base.pop(g, None)
+    return uploads, replace(state, params=params, base=base)
 
 
-def eval_vectors(exchange: str, payload: Broadcast, device: int, state: dict[str, np.ndarray],
+def eval_vectors(exchange: str, payload: Broadcast, device: int, state: DeviceState,
                  initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The model a device is evaluated with: its own (Local, personal), else the server's (its
     cluster's model once clustered, the global/consensus vector otherwise)."""
     if exchange in ("none", "personal"):
-        return {g: state.get(PARAMS + g, v) for g, v in initial.items()}
+        return {g: state.params.get(g, v) for g, v in initial.items()}
     return {g: payload.vector(g, device) for g in payload.params}
 
 

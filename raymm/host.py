@@ -2,7 +2,8 @@
 
 A host answers two questions per round: which of my devices are online (each device decides
 from its own clock), and, for the selected ones, the trained updates, stacked into one
-`HostResult`. Device-local state (e.g. a residual adapter) stays here and never travels.
+`HostResult`. What each device keeps between rounds (`raymm.device_state.DeviceState`) stays
+here and never travels; `raymm.hosts.make_host` picks the host class an executor builds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from raymm.combine import Partials
 from raymm.accounting import compute_seconds, device_groups, forward_seconds
 from raymm.config import FaultSpec, ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
+from raymm.device_state import EMPTY, DeviceState
 from raymm.faults import device_crashes
 from raymm.local import LocalTrainer
 from raymm.device_eval import evaluate_device, unimodal_correct
@@ -57,10 +59,9 @@ class DeviceHost:
         self.spec = spec
         self.trainer = LocalTrainer(dataset, spec.model, spec.training, spec.objective, spec.seed,
                                     device)
-        self.local_state: dict[int, np.ndarray] = {}
-        # what each device keeps between rounds besides its adapter (raymm.exchange, objective
-        # hooks): own parameters, bases, control variates; never leaves the host
-        self.device_state: dict[int, dict[str, np.ndarray]] = {}
+        # what each device keeps between rounds (adapter, exchange vectors, objective state);
+        # a device that keeps nothing has no entry
+        self.states: dict[int, DeviceState] = {}
 
     def report_online(self, t: int) -> OnlineReport:
         on = self.ids[self.pop.online(t, self.ids)]
@@ -89,23 +90,21 @@ class DeviceHost:
                 if plan.report:
                     reports[dev] = self._modality_report(dev, held, plan, broadcast)
                 start, state = exchange.start_vectors(mode, plan, broadcast, dev, groups,
-                                                      self.device_state.get(dev, {}),
-                                                      self.trainer.initial)
+                                                      self.state_of(dev), self.trainer.initial)
                 out = self.trainer.train(dev, plan.round, self.pop.indices(dev), held, groups,
-                                         broadcast, self.local_state.get(dev), start, state,
+                                         broadcast, state.adapter, start, dict(state.objective),
                                          plan.upload)
-                sent, state = exchange.finish(mode, plan, out.updates, {**state, **out.state},
+                # the objective's state merges key by key (a hook may update some keys only)
+                state = replace(state, objective={**state.objective, **out.state})
+                sent, state = exchange.finish(mode, plan, out.updates, state,
                                               self.trainer.initial)
             except Exception as exc:  # noqa: BLE001 - a crashed device is data, not a crash
                 failed.append(dev)
                 errors.append(f"device {dev}: {type(exc).__name__}: {exc}")
                 continue
             if out.local is not None:
-                self.local_state[dev] = out.local
-            if state:
-                self.device_state[dev] = state
-            else:
-                self.device_state.pop(dev, None)
+                state = replace(state, adapter=out.local)
+            self._keep(dev, state)
             done.append(dev)
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:
@@ -124,7 +123,7 @@ class DeviceHost:
             return np.full(len(sensors), -1, np.int32)
         idx = torch.from_numpy(self.pop.indices(dev).astype(np.int64))
         vectors = exchange.eval_vectors(self.spec.training.exchange, broadcast, dev,
-                                        self.device_state.get(dev, {}), tr.initial)
+                                        self.state_of(dev), tr.initial)
         return unimodal_correct(tr.model, tr.layout, vectors,
                                 {m: tr.train_x[m][idx] for m in sensors}, tr.train_y[idx],
                                 which)
@@ -163,8 +162,8 @@ class DeviceHost:
             updates=rows, senders=positions, partials=partials,
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
             failed=np.array(failed, np.int64), errors=tuple(errors),
-            states={int(d): snap for d in ids
-                    if (snap := self.device_snapshot(int(d))) is not None})
+            states={int(d): rec for d in ids
+                    if (rec := self.state_of(int(d)).to_record()) is not None})
 
     def _presum(self, ids: np.ndarray, n: np.ndarray, rows: dict[str, np.ndarray],
                 positions: dict[str, np.ndarray]) -> dict[str, Partials]:
@@ -203,10 +202,11 @@ class DeviceHost:
         for dev in self.ids.tolist():
             idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
             held = self.pop.sensor_mask[dev]
-            vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev,
-                                            self.device_state.get(dev, {}), tr.initial)
+            state = self.state_of(dev)
+            vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev, state,
+                                            tr.initial)
             if use_adapter:
-                vectors[LOCAL] = tr.adapter_start(self.local_state.get(dev))
+                vectors[LOCAL] = tr.adapter_start(state.adapter)
             if idx.shape[0] == 0:
                 rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64), {}))
                 continue
@@ -222,29 +222,26 @@ class DeviceHost:
                           {k: np.array([r[4].get(k, -1) for r in rows], np.int64)
                            for k in names})
 
-    # --- persistence of device-local state (checkpoints, actor restarts) -------------------
-    def device_snapshot(self, dev: int) -> Any:
-        """One device's persistent state: its adapter vector, or (when it keeps more, see
-        `device_state`) a dict of named arrays with the adapter under "local"; None if none."""
-        if dev in self.device_state:
-            st = self.device_state[dev]
-            return {**st, **({LOCAL: self.local_state[dev]} if dev in self.local_state else {})}
-        return self.local_state.get(dev)
+    # --- device state: kept per device, persisted as records (checkpoints, actor restarts) --
+    def state_of(self, dev: int) -> DeviceState:
+        """What device `dev` keeps now (`EMPTY` when nothing)."""
+        return self.states.get(dev, EMPTY)
+
+    def _keep(self, dev: int, state: DeviceState) -> None:
+        if state.is_empty():
+            self.states.pop(dev, None)
+        else:
+            self.states[dev] = state
 
     def state_dict(self) -> dict[int, Any]:
-        return {d: snap for d in sorted(set(self.local_state) | set(self.device_state))
-                if (snap := self.device_snapshot(d)) is not None}
+        """Every hosted device's state as its record (`DeviceState.to_record`), by id."""
+        return {d: rec for d in sorted(self.states)
+                if (rec := self.states[d].to_record()) is not None}
 
     def load_state_dict(self, state: dict[int, Any]) -> None:
+        """Replace the states of this host's devices by those in `state` (records by id)."""
         mine = set(self.ids.tolist())
-        self.local_state, self.device_state = {}, {}
-        for k, v in state.items():
-            if int(k) not in mine:
-                continue
-            if isinstance(v, dict):
-                v = dict(v)
-                if LOCAL in v:
-                    self.local_state[int(k)] = v.pop(LOCAL)
-                self.device_state[int(k)] = v
-            else:
-                self.local_state[int(k)] = v
+        self.states = {}
+        for k, rec in state.items():
+            if int(k) in mine:
+                self._keep(int(k), DeviceState.from_record(rec))

@@ -79,13 +79,17 @@ def cluster_models(sc: Any, sensors: tuple[str, ...], aggregator_state: dict[str
 
 
 def _kept(hosts: dict[int, Any]) -> dict[int, dict[str, np.ndarray]]:
-    """Per device, the parameters it keeps: its adapter and its own group vectors (bases,
-    control variates and other bookkeeping are not model parameters)."""
+    """Per device (from its state record, `raymm.device_state`), the parameters it keeps: its
+    adapter and its own group vectors (bases, control variates and other bookkeeping are not
+    model parameters)."""
+    from raymm.device_state import DeviceState
+
     out = {}
-    for dev, snap in hosts.items():
-        st = snap if isinstance(snap, dict) else {LOCAL_KEY: snap}
-        keep = {k: np.asarray(v) for k, v in st.items()
-                if k == LOCAL_KEY or k.startswith(PARAMS_PREFIX)}
+    for dev, record in hosts.items():
+        st = DeviceState.from_record(record)
+        keep = {PARAMS_PREFIX + g: np.asarray(v) for g, v in st.params.items()}
+        if st.adapter is not None:
+            keep[LOCAL_KEY] = np.asarray(st.adapter)
         if keep:
             out[int(dev)] = keep
     return out

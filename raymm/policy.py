@@ -103,9 +103,9 @@ class Policy:
 
     def bind(self, scenario: Any, sensors: tuple[str, ...]) -> None:
         """Read run-level facts (the rounds, the dataset's sensors) once, when the run is built
-        (`raymm.api.build_policies`; also when `raymm.load_model` rebuilds an aggregator with
-        cluster models). May refuse only what `check_scenario` reports, raised with
-        `raymm.errors.refuse`. Default: nothing to read."""
+        (`raymm.build.build_policies`; also at the end of a run, on a fresh aggregator asked for
+        its cluster models for the model file). May refuse only what `check_scenario` reports,
+        raised with `raymm.errors.refuse`. Default: nothing to read."""
         return None
 
     def overrides(self, hook: Callable[..., Any]) -> bool:
@@ -302,8 +302,9 @@ class LossInputs:
 class DeviceFinish:
     """What the optional `Objective.device_finish` hook sees after one device's local training.
 
-    `start`/`end` are the trained groups' flat vectors before and after; `state` is what the
-    device kept from earlier rounds (see `raymm.exchange`); `steps` the optimizer steps taken.
+    `start`/`end` are the trained groups' flat vectors before and after; `state` is what this
+    objective's hooks kept for the device in earlier rounds (`DeviceState.objective`, see
+    `raymm.device_state`); `steps` the optimizer steps taken.
     """
 
     device: int

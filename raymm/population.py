@@ -120,6 +120,46 @@ def tier_problems(tiers: Sequence[TierSpec] | None, devices: int | None,
     return problems
 
 
+def partition_problems(spec: PopulationSpec, n_train: int, groups: int | None) -> list[str]:
+    """What partitioning `n_train` training samples (in `groups` distinct groups; None: the
+    data has none) over the population refuses, from those sizes alone: `raymm validate` asks
+    a loader's `DataFacts` for them, `build_population` the loaded data."""
+    p, n = spec.partition, spec.devices
+    if p.kind == "dirichlet" and n * p.min_samples > n_train:
+        return [dirichlet_size_problem(n, p.min_samples, n_train)]
+    if p.kind == "iid" and n > n_train:
+        return [f"population.devices: {n} devices but only {n_train} training samples: an iid "
+                f"partition would leave {n - n_train} device(s) without a sample"]
+    if p.kind == "by_group":
+        if groups is None:
+            return ["population.partition.kind: by_group needs a dataset with groups"]
+        if groups != n:
+            return [f"population.devices: by_group partition has {groups} groups but {n} "
+                    "devices"]
+    return []
+
+
+def dirichlet_size_problem(n_devices: int, min_samples: int, n_samples: int) -> str:
+    return (f"population.devices: {n_devices} devices × {min_samples} samples exceeds the "
+            f"{n_samples} training samples")
+
+
+def local_split_problem(sizes: Sequence[int], fraction: float) -> str | None:
+    """Devices that `local_split` (same rounding) would leave without a training sample."""
+    empty = [s for s in sizes if s - int(round(fraction * s)) < 1]
+    if not empty:
+        return None
+    return (f"population.local_test_fraction: {fraction} leaves {len(empty)} device(s) without "
+            f"a training sample (a device of {max(empty)} sample(s) keeps none); lower it, or "
+            "give devices more samples")
+
+
+def iid_sizes(n_samples: int, n_devices: int) -> list[int]:
+    """Samples per device of `iid_partition` (np.array_split's sizes), without drawing."""
+    q, r = divmod(n_samples, n_devices)
+    return [q + 1] * r + [q] * (n_devices - r)
+
+
 def tier_counts(tiers: Sequence[TierSpec], devices: int) -> np.ndarray:
     """Devices per tier: the counts, or the fractions of `devices` (largest remainder); the
     tiers follow `tier_problems`."""
@@ -143,8 +183,7 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
     enough, which almost never succeeds with thousands of devices. Indices come back sorted.
     """
     if n_devices * min_samples > y.shape[0]:
-        raise ScenarioError([f"population.devices: {n_devices} devices × {min_samples} samples "
-                             f"exceeds the {y.shape[0]} training samples"])
+        raise ScenarioError([dirichlet_size_problem(n_devices, min_samples, y.shape[0])])
     owner = np.empty(y.shape[0], dtype=np.int64)
     for c in np.unique(y):
         idx = np.flatnonzero(y == c)
@@ -195,6 +234,10 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     n = spec.devices
     sensors = dataset.sensors
     problems = tier_problems(spec.tiers, n, sensors, dataset.name)
+    groups = None  # read only by a by_group partition
+    if spec.partition.kind == "by_group" and dataset.train.group is not None:
+        groups = int(np.unique(dataset.train.group).shape[0])
+    problems += partition_problems(spec, len(dataset.train), groups)
     if problems:
         raise ScenarioError(problems)
     tiers = spec.tiers or [TierSpec(sensors=list(sensors), count=n)]
@@ -228,6 +271,9 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     parts = _partition(spec, dataset, seed)
     tests: list[np.ndarray] | None = None
     if spec.local_test_fraction is not None:
+        empty = local_split_problem([p.shape[0] for p in parts], spec.local_test_fraction)
+        if empty:
+            raise ScenarioError([empty])
         parts, tests = local_split(parts, spec.local_test_fraction, seed)
     offsets = np.zeros(n + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([p.shape[0] for p in parts])

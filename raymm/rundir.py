@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raymm.files import atomic_output
+from raymm.round_record import RoundRecord
 from raymm.safety import dump_yaml
 
 GIB = float(1 << 30)
@@ -90,19 +91,18 @@ class RunWriter:
 
             self.tb = SummaryWriter(log_dir=str(path), purge_step=purge_step)
 
-    def log_round(self, row: dict[str, Any]) -> None:
-        """Keys starting with "_" carry arrays for pictures (selected ids, a confusion matrix):
-        they are drawn or kept aside, never written to the tables."""
-        selected = row.pop("_selected", None)
-        if selected is not None:
-            self.selected[int(row["round"])] = np.asarray(selected)
-        confusion = row.pop("_confusion", None)
+    def log_round(self, record: RoundRecord) -> None:
+        """The record's row becomes a table row and TensorBoard scalars; its selected ids are
+        kept (the availability picture, checkpoints) and its confusion matrix drawn."""
+        row = record.row
+        if record.selected is not None:
+            self.selected[int(row["round"])] = np.asarray(record.selected)
         self.rows.append(row)
         if self.tb is None:
             return
         t = int(row["round"])
-        if confusion is not None:
-            self._eval_images(t, np.asarray(confusion))
+        if record.confusion is not None:
+            self._eval_images(t, np.asarray(record.confusion))
         for key, value in row.items():
             tag = TB_TAGS.get(key) or _dynamic_tag(key)
             if tag and isinstance(value, (int, float)) and math.isfinite(float(value)):

@@ -396,15 +396,16 @@ def data_size_problem(dataset: str, params: Any) -> str | None:
     return None
 
 
-def model_problem(dataset: Any, spec: Any) -> str | None:
-    """`model_size_problem` of the scenario's model, built on torch's meta device (shapes
-    only, no memory), so a huge embed_dim is a message, not an out-of-memory kill."""
+def model_problem(sensors: tuple[str, ...], shapes: Mapping[str, tuple[int, ...]],
+                  num_classes: int, spec: Any) -> str | None:
+    """`model_size_problem` of the scenario's model for data of these sensors, input shapes
+    and classes (a loaded `Dataset`'s, or a loader's `DataFacts` before any loading), built on
+    torch's meta device (shapes only, no memory), so a huge embed_dim is a message, not an
+    out-of-memory kill."""
     import torch
 
     from raymm.models import MultimodalNet
 
     with torch.device("meta"):
-        net = MultimodalNet(dataset.sensors, {m: dataset.sensor_shape(m)
-                                              for m in dataset.sensors},
-                            dataset.num_classes, spec)
+        net = MultimodalNet(sensors, {m: tuple(shapes[m]) for m in sensors}, num_classes, spec)
     return model_size_problem(net)

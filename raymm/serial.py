@@ -14,9 +14,10 @@ import torch
 from raymm.engine import Trained, World
 from raymm.faults import host_kills
 from raymm.messages import Broadcast, OnlineReport, RoundPlan
+from raymm.round_record import RoundRecord
 from raymm.server import Server
 from raymm.torch_device import choose_torch_device
-from raymm.vectorised import make_host
+from raymm.hosts import make_host
 
 
 def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:
@@ -63,13 +64,12 @@ class SerialExecutor:
         return out
 
     def aggregate(self, t: int, planned: tuple[RoundPlan, Broadcast],
-                  trained: Trained) -> dict[str, Any]:
-        stats = self.server.aggregate(t, planned[0], trained.results, trained.lost_ids())
-        stats["actors_killed"] = trained.hosts_killed
-        stats["_selected"] = planned[0].selected
-        return stats
+                  trained: Trained) -> RoundRecord:
+        record = self.server.aggregate(t, planned[0], trained.results, trained.lost_ids())
+        record.row["actors_killed"] = trained.hosts_killed
+        return record
 
-    def evaluate(self, t: int) -> dict[str, float]:
+    def evaluate(self, t: int) -> RoundRecord:
         return self.server.evaluate(t)
 
     def evaluate_devices(self, t: int) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from raymm.policy import (
     ServerPolicy,
 )
 from raymm.population import Population
+from raymm.round_record import RoundRecord
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class Server:
         return Broadcast(t, self.params, extras, self.policies.aggregator.cluster_models())
 
     def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
-                  lost: np.ndarray | None = None) -> dict[str, Any]:
+                  lost: np.ndarray | None = None) -> RoundRecord:
         """Merge the hosts' results (sorted by device id), drop stragglers, aggregate, and count
         traffic and time. `lost` lists selected devices whose host died this round."""
         batch = merge_results(results)
@@ -137,14 +138,14 @@ class Server:
         self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
         agg_stats: dict[str, Any] = {}
+        bad: list[int] | None = None
         if batch.n:
             merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
             agg_stats = dict(self.policies.aggregator.round_stats())
             bad = divergence.diverged(batch.device_ids, batch.loss, merged)
             if bad is None:
                 self.params = merged
-            else:  # keep the last finite model; the run stops after this round
-                agg_stats[divergence.KEY] = bad
+            # else: keep the last finite model; the run stops after this round
         if plan.report:  # the schedule asked for unimodal accuracies (`report_sensors`)
             correct = batch.reports.get(
                 MODALITY_CORRECT, np.full((batch.n, len(self.sensors)), -1, np.int32))
@@ -159,7 +160,7 @@ class Server:
         self.bytes_up += int(up.sum())
         self.sim_seconds += round_time
         n_lost = 0 if lost is None else int(len(lost))
-        return {
+        return RoundRecord({
             "round": t, "phase": self.policies.schedule.phase(t),
             "online": self._last_counts[0], "eligible": self._last_counts[1],
             "selected": int(plan.selected.shape[0]), "participated": batch.n,
@@ -171,7 +172,7 @@ class Server:
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
             **agg_stats, **self._policy_stats(),
-        }
+        }, selected=plan.selected, diverged=bad)
 
     def _policy_stats(self) -> dict[str, float]:
         """Columns the selector and the schedule add to the round's row (`round_stats()`, e.g.
@@ -226,16 +227,16 @@ class Server:
                                "repeated, or more than k")
 
     # --- evaluation -----------------------------------------------------------------------
-    def evaluate(self, t: int) -> dict[str, Any]:
-        """Global model on the pooled test split: all sensors, each tier's sensors, each sensor."""
+    def evaluate(self, t: int) -> RoundRecord:
+        """Global model on the pooled test split: all sensors, each tier's sensors, each sensor
+        (and the confusion matrix of all sensors)."""
         self.layout.load(self.model, self.params)
         split, bs = self.dataset.test, self.sc.eval.batch_size
         ev = SubsetEvaluator(self.model, split, bs)
         full = ev(self.sensors)
         c = self.dataset.num_classes
-        out: dict[str, Any] = {"accuracy": full.accuracy, "test_loss": full.loss,
-                               "_confusion": np.bincount(split.y * c + full.predictions,
-                                                         minlength=c * c).reshape(c, c)}
+        out: dict[str, Any] = {"accuracy": full.accuracy, "test_loss": full.loss}
+        confusion = np.bincount(split.y * c + full.predictions, minlength=c * c).reshape(c, c)
         for ts in dict.fromkeys(self.tier_sensors):
             out[f"acc_tier/{subset_name(ts)}"] = ev(ts).accuracy
         if len(self.sensors) > 1:
@@ -245,7 +246,7 @@ class Server:
                                       self.dataset.num_classes, full.accuracy))
         if self.sc.eval.scope != "devices":  # the headline accuracy
             self._feedback(t, full.accuracy)
-        return out
+        return RoundRecord(out, confusion=confusion)
 
     def _feedback(self, t: int, accuracy: float) -> None:
         """Show the headline accuracy of round t's evaluation to the policies that learn from

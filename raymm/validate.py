@@ -3,8 +3,11 @@
 Every check building a run makes is made here too, before any data is loaded: the dataset's
 sensors come from its params alone (`DatasetLoader.sensors`), each policy's `check_scenario`
 sees them (the rules its `bind` enforces), and the tiers follow `population.tier_problems`,
-the same function `build_population` applies. What only the data can tell (sample counts, the
-model's input shapes) is still checked when the data is loaded.
+the same function `build_population` applies. The data's sizes (training samples, groups,
+input shapes, classes) come from the loader's `DataFacts` (params, or array headers of its
+file): the partition's rules (`population.partition_problems`, `local_split_problem`) and the
+model's size (`safety.model_problem`) are the functions building applies to the loaded data.
+A loader that cannot tell its facts without loading leaves those checks to the build.
 
 The policy registries must be populated (import `policies`) before calling `check_scenario`;
 the caller (CLI or `raymm.api`) does that, so this module never imports the policies package.
@@ -19,12 +22,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from raymm.config import Scenario, TierSpec, deep_merge, format_validation_error
 from raymm.data import DATASETS
+from raymm.data.base import loader_facts
 from raymm.errors import ScenarioError
 from raymm.exchange import aggregator_problems
-from raymm.population import tier_problems
+from raymm.population import iid_sizes, local_split_problem, partition_problems, tier_problems
 from raymm.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, Registry
-from raymm.safety import (bound_problems, data_size_problem, fraction_problems, name_problems,
-                          number_type_problems, special_file_problem, value_problems)
+from raymm.safety import (bound_problems, data_size_problem, fraction_problems, model_problem,
+                          name_problems, number_type_problems, special_file_problem,
+                          value_problems)
 
 POLICY_SECTIONS: dict[str, Registry[Any]] = {
     "selection": SELECTORS, "aggregation": AGGREGATORS, "schedule": SCHEDULES,
@@ -64,6 +69,8 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems += _check_exchange(sc)
         problems += _check_dataset_rules(sc)
         problems += _check_execution(sc)
+        if sensors is not None:
+            problems += _check_data_sizes(sc, sensors)
     if problems:
         raise ScenarioError(list(dict.fromkeys(problems)), source)
     assert sc is not None
@@ -184,6 +191,25 @@ def _check_dataset(spec: Any, problems: list[str]) -> tuple[str, ...] | None:
     if size is not None:
         problems.append(size)
     return tuple(loader.sensors(params))
+
+
+def _check_data_sizes(sc: Scenario, sensors: tuple[str, ...]) -> list[str]:
+    """What building refuses on the loaded data's sizes, from the loader's `DataFacts`."""
+    loader = DATASETS[sc.dataset_name]
+    facts = loader_facts(loader, loader.Params(**sc.dataset_params()))
+    if facts is None:
+        return []
+    pop = sc.population
+    problems = partition_problems(pop, facts.n_train, facts.groups)
+    if not problems and pop.partition.kind == "iid" and pop.local_test_fraction is not None:
+        empty = local_split_problem(iid_sizes(facts.n_train, pop.devices),
+                                    pop.local_test_fraction)
+        problems += [empty] if empty else []
+    try:
+        too_big = model_problem(sensors, facts.shapes, facts.num_classes, sc.model)
+    except Exception:  # noqa: BLE001 - a model that cannot be built is reported elsewhere
+        too_big = None
+    return problems + ([too_big] if too_big else [])
 
 
 def _check_dataset_rules(sc: Scenario) -> list[str]:

@@ -56,17 +56,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from raymm import exchange, seeding
-from raymm.accounting import device_groups
-from raymm.data.base import Dataset
-from raymm.faults import device_crashes
-from raymm.host import DeviceHost, HostSpec
+from raymm import seeding
 from raymm.local import DeviceOutcome, LocalTrainer
 from raymm.local_update import Batch, LocalUpdate, Params
-from raymm.messages import Broadcast, HostResult, RoundPlan
+from raymm.messages import Broadcast
 from raymm.models import LOCAL
 from raymm.policy import DeviceFinish, Objective
-from raymm.population import Population
 
 log = logging.getLogger("raymm.vectorised")
 
@@ -419,58 +414,3 @@ class _PrecomputedTrainer:
             return hit[1]
         return self.base.train(device, rnd, indices, held, groups, broadcast, local, start,
                                state, upload)
-
-
-class VectorisedHost(DeviceHost):
-    """A `DeviceHost` whose selected devices train in lock-step (see the module docstring)."""
-
-    def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
-                 spec: HostSpec, device: str = "cpu") -> None:
-        super().__init__(device_ids, population, dataset, spec, device)
-        base = self.trainer
-        self.reason = why_not_vectorised(spec.objective, base.model)
-        self.vec = None
-        if self.reason is not None:
-            log.warning("training sequentially: %s", self.reason)
-            return
-        self.vec = VectorisedTrainer(base, spec.training.vectorise_chunk)
-        self.trainer = _PrecomputedTrainer(base)  # type: ignore[assignment]
-
-    def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
-        """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
-        outcomes: it recomputes each device's start vectors (`exchange.start_vectors` is pure)
-        and runs `exchange.finish`, so device state, uploads and snapshots are its own."""
-        if self.vec is None:
-            return super().train(plan, broadcast)
-        mine = self.selected(plan)
-        crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
-        sensors, training = self.pop.sensors, self.spec.training
-        pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
-        requests = []
-        for dev, crashed in zip(mine.tolist(), crash):
-            if crashed:
-                continue
-            held = self.pop.sensor_mask[dev]
-            groups = device_groups(held, sensors, plan.active_groups, training.upload)
-            try:
-                start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
-                                                      groups, self.device_state.get(dev, {}),
-                                                      pre.base.initial)
-            except Exception:  # noqa: BLE001 - the sequential path records the failure
-                continue
-            requests.append(Request(dev, self.pop.indices(dev), held, tuple(groups),
-                                    self.local_state.get(dev), start, state))
-        done = self.vec.train(requests, plan.round, broadcast, plan.upload)
-        pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
-                     for r in requests if r.device in done}
-        try:
-            return super().train(plan, broadcast)
-        finally:
-            pre.ready = {}
-
-
-def make_host(device_ids: np.ndarray, population: Population, dataset: Dataset,
-              spec: HostSpec, device: str = "cpu") -> DeviceHost:
-    """The host an executor should build: lock-step when the scenario asks for it."""
-    cls = VectorisedHost if spec.training.vectorise else DeviceHost
-    return cls(device_ids, population, dataset, spec, device)

@@ -12,6 +12,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `alone` run last: they stop every Ray on the machine (`ray down` runs
+    `ray stop` on a head that is this machine)."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is not None)  # stable
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[Any]:
     """A local Ray on 127.0.0.1 with fixed small resources, shared by the whole session."""

@@ -47,7 +47,7 @@ def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) ->
     from raymm.host import DeviceHost, HostSpec
     from raymm.messages import Broadcast, RoundPlan
     from raymm.server import Server
-    from raymm.vectorised import make_host
+    from raymm.hosts import make_host
 
     sc = load_scenario(tiny_scenario(**sc_overrides))
     world = build_world(sc)

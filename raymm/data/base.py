@@ -52,11 +52,28 @@ class Dataset:
         return tuple(self.train.x[sensor].shape[1:])
 
 
+@dataclass(frozen=True)
+class DataFacts:
+    """What validation may know of a dataset without loading it (from its params, or from
+    array headers and small label columns of its file): enough for every check building a run
+    makes on the data's sizes (`raymm.population.partition_problems`, the model's size)."""
+
+    #: samples devices partition (`len(Dataset.train)`)
+    n_train: int
+    #: distinct `Dataset.train.group` values; None: the data has no groups
+    groups: int | None
+    #: `Dataset.sensor_shape` per sensor, in dataset order
+    shapes: Mapping[str, tuple[int, ...]]
+    num_classes: int
+
+
 class DatasetLoader(Protocol):
     """What the registry holds per dataset name.
 
     `Params` validates the scenario's `dataset:` section; `sensors` and `required_files` are
     answered from the params alone so a scenario can be validated without loading any data.
+    A loader may also answer `facts(params) -> DataFacts | None` (None: not known without
+    loading), so `raymm validate` makes the checks on the data's sizes too.
     """
 
     Params: type[BaseModel]
@@ -90,6 +107,30 @@ def resolve_data_path(path: str | os.PathLike[str]) -> Path:
     """Absolute paths stay; relative ones are taken under `data_root()`."""
     p = Path(path).expanduser()
     return p if p.is_absolute() else data_root() / p
+
+
+def loader_facts(loader: Any, params: BaseModel) -> DataFacts | None:
+    """The loader's `facts(params)` when it answers them (an optional hook), else None."""
+    facts = getattr(loader, "facts", None)
+    return None if facts is None else facts(params)
+
+
+def npz_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Array name -> shape of every member of an .npz, read from the headers only; a
+    DataError for a path that is missing or no regular file (a FIFO would block the read)."""
+    from numpy.lib import format as npy
+
+    require_file(path, "dataset")
+    shapes = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.filename.endswith(".npy"):
+                with archive.open(info) as f:
+                    version = npy.read_magic(f)
+                    shape, _, _ = (npy.read_array_header_1_0(f) if version == (1, 0)
+                                   else npy.read_array_header_2_0(f))
+                shapes[info.filename[:-4]] = tuple(int(d) for d in shape)
+    return shapes
 
 
 def require_file(path: Path, what: str) -> Path:

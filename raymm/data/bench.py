@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.data.base import Dataset, Split, register_dataset
+from raymm.data.base import DataFacts, Dataset, Split, register_dataset
 
 SENSOR = "x"
 
@@ -60,6 +60,11 @@ class BenchLoader:
 
     def required_files(self, params: BaseModel) -> list[Path]:
         return []
+
+    def facts(self, params: BaseModel) -> DataFacts:
+        assert isinstance(params, BenchParams)
+        return DataFacts(params.clients * params.samples_per_client, params.clients,
+                         {SENSOR: (params.dim,)}, params.classes)
 
     def load(self, params: BaseModel, seed: int) -> Dataset:
         assert isinstance(params, BenchParams)

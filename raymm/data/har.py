@@ -16,8 +16,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from raymm.data.base import (Dataset, Split, open_npz, register_dataset, require_file,
-                              resolve_data_path)
+from raymm.data.base import (DataFacts, Dataset, Split, npz_shapes, open_npz,
+                              register_dataset, require_file, resolve_data_path)
 from raymm.errors import DataError
 
 SENSORS = ("acc", "gyro")
@@ -137,6 +137,19 @@ class HarLoader:
     def required_files(self, params: BaseModel) -> list[Path]:
         assert isinstance(params, self.Params)
         return [resolve_data_path(params.path)]
+
+    def facts(self, params: BaseModel) -> DataFacts | None:
+        """From the .npz: the training labels' header and its subject column (a UCI-HAR
+        folder, or a file that does not read, is left to loading, which says what is wrong)."""
+        assert isinstance(params, self.Params)
+        path = resolve_data_path(params.path)
+        try:
+            n_train = npz_shapes(path)["train_y"][0]
+            with open_npz(path) as z:  # member sizes checked: a forged header allocates nothing
+                groups = int(np.unique(z["train_subject"]).shape[0])
+        except (*_READ_ERRORS, IndexError, DataError):
+            return None
+        return DataFacts(n_train, groups, {m: (WINDOW, AXES) for m in SENSORS}, NUM_CLASSES)
 
     def load(self, params: BaseModel, seed: int) -> Dataset:
         """`seed` is unused: the data and its subject split are fixed by the file."""

@@ -33,8 +33,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.data.base import (Dataset, Split, open_npz, register_dataset, require_file,
-                              resolve_data_path)
+from raymm.data.base import (DataFacts, Dataset, Split, npz_shapes, open_npz,
+                              register_dataset, require_file, resolve_data_path)
 from raymm.data.prepare import CONVERTERS
 from raymm.errors import DataError
 
@@ -99,6 +99,29 @@ class ReleaseLoader:
             return ["dataset.train_pool: 'all' also trains on the file's test split; evaluate "
                     "with eval.scope: devices (or choose train_pool: train+valid)"]
         return []
+
+    def facts(self, params: BaseModel) -> DataFacts | None:
+        """From the file's array headers, split list, class names and group columns (a file
+        that does not read as this release is left to loading, which says what is wrong)."""
+        assert isinstance(params, ReleaseParams)
+        path = resolve_data_path(params.path)
+        try:
+            shapes = npz_shapes(path)
+            with open_npz(path) as z:  # member sizes checked: a forged header allocates nothing
+                splits = [str(s) for s in z["splits"]]
+                classes = len(z["class_names"])
+                pool = [sp for sp in POOLS[params.train_pool] if sp in splits]
+                groups = np.unique(np.concatenate([z[f"{sp}_group"] for sp in pool]))
+            n_train = sum(shapes[f"{sp}_y"][0] for sp in pool)
+            sensors = {m: shapes[f"train_{f}"][1:] for m, (f, _) in self.release.sensors.items()}
+        except (*_READ_ERRORS, IndexError, DataError):
+            return None
+        if "train" not in splits or "test" not in splits:
+            return None
+        # spectrograms are stored [n_mels, frames] and loaded [frames, n_mels]
+        return DataFacts(n_train, int(groups.shape[0]), {
+            m: s[::-1] if self.release.sensors[m][1] == "spectrogram" else s
+            for m, s in sensors.items()}, classes)
 
     def load(self, params: BaseModel, seed: int) -> Dataset:
         """`seed` is unused: the samples and their splits are fixed by the file."""

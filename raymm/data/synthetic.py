@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.data.base import Dataset, Split, register_dataset
+from raymm.data.base import DataFacts, Dataset, Split, register_dataset
 
 _LABELS_KEY = "__labels__"
 
@@ -79,6 +79,12 @@ class SyntheticLoader:
 
     def required_files(self, params: BaseModel) -> list[Path]:
         return []
+
+    def facts(self, params: BaseModel) -> DataFacts:
+        assert isinstance(params, self.Params)
+        return DataFacts(params.n_train, None, {
+            m: (s.dim,) if s.length is None else (s.length, s.dim)
+            for m, s in params.sensors.items()}, params.classes)
 
     def load(self, params: BaseModel, seed: int) -> Dataset:
         assert isinstance(params, self.Params)

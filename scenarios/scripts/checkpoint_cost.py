@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows: list[dict] = []
     t0 = time.perf_counter()
     last = run_rounds(ex, sc.model_copy(update={"rounds": args.rounds}), 1,
-                      lambda row: rows.append(row) or False)
+                      lambda rec: rows.append(rec.row) or False)
     ckpt = checkpoint.Checkpoint(last, checkpoint.scenario_digest(sc.to_dict()),
                                  ex.server_state(), ex.host_states(), rows,
                                  time.perf_counter() - t0, {})

@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         placements = ex.placements()
         rows: list[dict] = []
-        run_rounds(ex, sc, 1, lambda row: rows.append(row) or print(
-            f"round {row['round']}: selected {row['selected']}, "
-            f"accuracy {row.get('accuracy', '-')}", flush=True))
+        run_rounds(ex, sc, 1, lambda rec: rows.append(rec.row) or print(
+            f"round {rec.row['round']}: selected {rec.row['selected']}, "
+            f"accuracy {rec.row.get('accuracy', '-')}", flush=True))
     finally:
         ex.shutdown()
     acc = [r["accuracy"] for r in rows if "accuracy" in r]

@@ -102,13 +102,13 @@ def test_actor_crash_between_rounds_is_seen_and_repaired(tmp_path, ray_session):
     ex = RayExecutor(sc.execution)
     ex.start(build_world(sc))
     try:
-        rows = [run_round(ex, t, sc) for t in (1, 2)]
+        rows = [run_round(ex, t, sc).row for t in (1, 2)]
         kept = {d: v for d, v in ex.vault.items() if d in set(ex.blocks[0].tolist())}
         assert kept, "the victim's devices should hold adapters by now"
         ray.get([r for refs in ex._reports.values() for r in refs])  # round 3's, asked early
         os.kill(ray.get(ex.actors[0].__ray_call__.remote(lambda _: os.getpid())), signal.SIGKILL)
         wait_until_restarted(ex.actors[0])
-        rows += [run_round(ex, t, sc) for t in (3, 4)]
+        rows += [run_round(ex, t, sc).row for t in (3, 4)]
         state = ray.get(ex.actors[0].state_dict.remote())
     finally:
         ex.shutdown()

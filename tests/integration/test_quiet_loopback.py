@@ -15,14 +15,14 @@ from helpers import REPO, tiny_scenario
 # also records the sockets the run's process tree listens on
 SCRIPT = """
 import json, os, sys
-import raymm.api as api
+import raymm.progress as progress
 from raymm.cli import main
 from netlisten import descendants, listening
-seen, say = [], api._say_faults
+seen, say = [], progress.say_faults
 def spy(row, bar):
     seen.extend(listening(descendants(os.getpid())))
     say(row, bar)
-api._say_faults = spy
+progress.say_faults = spy
 rc = main(["run", sys.argv[1], "--out", sys.argv[2]])
 with open(sys.argv[3], "w") as f:
     json.dump(seen, f)

@@ -35,7 +35,7 @@ def test_server_counts_what_was_sent():
         ex.start(world)
         plan, bcast = ex.plan(1, ex.poll(1))
         results = ex.train(1, (plan, bcast))
-        stats = ex.aggregate(1, (plan, bcast), results)
+        stats = ex.aggregate(1, (plan, bcast), results).row
         sizes = ex.server.layout.sizes
         mask = world.population.sensor_mask[plan.selected]
         expected_up = 0

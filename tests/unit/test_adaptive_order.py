@@ -276,7 +276,7 @@ def test_traffic_of_an_adaptive_run_by_hand() -> None:
                     down += sizes[g] * 4
             up += sum(sizes[g] * 4 for g in plan.active_groups if g in held)
             up += 4 * sum(1 for m, h in zip(sensors, mask[d]) if h and m in plan.report)
-        stats = ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast)))
+        stats = ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast))).row
         assert (stats["bytes_down"], stats["bytes_up"]) == (down, up), t
     order = [ex.server.policies.schedule.phase(t) for t in range(1, sc.rounds + 1, 2)]
     assert len(set(order[1:])) < len(order[1:])   # six phases over three modalities revisit

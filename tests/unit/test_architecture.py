@@ -5,7 +5,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # modules that compose the core with policies/actors (entry points and the docs generator)
-COMPOSERS = {"raymm/api.py", "raymm/cli.py", "raymm/schema_doc.py"}
+COMPOSERS = {"raymm/api.py", "raymm/build.py", "raymm/cli.py", "raymm/schema_doc.py"}
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -12,6 +12,7 @@ from raymm.api import personal_summary
 from raymm.device_eval import device_metrics, modality_imbalance_ratio
 from raymm.engine import evaluate
 from raymm.messages import DeviceEval
+from raymm.round_record import RoundRecord
 
 
 def test_metrics_and_mir_on_a_hand_built_case() -> None:
@@ -56,9 +57,9 @@ class _Evaluations:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def evaluate(self, t: int) -> dict:
+    def evaluate(self, t: int) -> RoundRecord:
         self.asked.append("pooled")
-        return {"accuracy": 0.9, "acc_tier/a": 0.5}
+        return RoundRecord({"accuracy": 0.9, "acc_tier/a": 0.5}, confusion=np.eye(2))
 
     def evaluate_devices(self, t: int) -> dict:
         self.asked.append("devices")
@@ -76,7 +77,9 @@ class _Evaluations:
 ])
 def test_scope_picks_the_evaluations_and_names_them(scope: str, expected: dict) -> None:
     ex = _Evaluations()
-    assert evaluate(ex, 10, scope) == expected  # type: ignore[arg-type]
+    got = evaluate(ex, 10, scope)  # type: ignore[arg-type]
+    assert got.row == expected
+    assert (got.confusion is not None) == (scope != "devices")  # a picture, never a column
     assert ex.asked == {"pooled": ["pooled"], "devices": ["devices"],
                         "both": ["pooled", "devices"]}[scope]
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from policies.schedule.chain import ModalityChain, phase_lengths
+from raymm.device_state import EMPTY, DeviceState
 from raymm.errors import ScenarioError
 from raymm.exchange import downloads, finish, start_vectors, sync_window
 from raymm.messages import Broadcast, ClusterModels, RoundPlan
@@ -71,7 +72,7 @@ def _bcast() -> Broadcast:
 
 def test_params_mode_loads_cluster_model_and_uploads_trained_vectors() -> None:
     plan = RoundPlan(3, np.array([1]), ("g",))
-    start, st = start_vectors("params", plan, _bcast(), 1, ["g"], {}, INIT)
+    start, st = start_vectors("params", plan, _bcast(), 1, ["g"], EMPTY, INIT)
     assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [2, 2]
     sent, _ = finish("params", plan, {"g": np.array([21, 21], np.float32)}, st, INIT)
     assert sent["g"].tolist() == [21, 21]
@@ -83,7 +84,7 @@ def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
     window_start = RoundPlan(1, np.array([1]), ("g",), download=True, upload=False)
     middle = RoundPlan(2, np.array([1]), ("g",), download=False, upload=False)
     sync = RoundPlan(3, np.array([1]), ("g",), download=False, upload=True)
-    start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], {}, INIT)
+    start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], EMPTY, INIT)
     # frozen groups: what the device is evaluated with (the server's), never an own copy
     assert start["g"].tolist() == [20, 20] and start["h"].tolist() == [2, 2]
     sent, st = finish("delta", window_start, {"g": np.array([21, 21], np.float32)}, st, INIT)
@@ -92,10 +93,10 @@ def test_delta_mode_keeps_own_params_and_sends_each_change_once() -> None:
     assert start["g"].tolist() == [21, 21]                 # its own parameters, no download
     sent, st = finish("delta", sync, {"g": np.array([23, 23], np.float32)}, st, INIT)
     assert sent["g"].tolist() == [3, 3]                    # since the download at [20, 20]
-    assert st == {}          # sent: neither the parameters nor their base are read again
+    assert st.is_empty()     # sent: neither the parameters nor their base are read again
     # the next window: its first selection downloads again, so the next delta is against it
     start, st = start_vectors("delta", window_start, _bcast(), 1, ["g"], st, INIT)
-    assert start["g"].tolist() == [20, 20] and st["base/g"].tolist() == [20, 20]
+    assert start["g"].tolist() == [20, 20] and st.base["g"].tolist() == [20, 20]
 
 
 def test_a_new_window_drops_what_earlier_windows_left() -> None:
@@ -103,19 +104,37 @@ def test_a_new_window_drops_what_earlier_windows_left() -> None:
     which opens a new window (download): then every earlier group's parameters and bases go,
     an earlier phase's included, and other kept state (e.g. control variates) stays."""
     first = RoundPlan(1, np.array([1]), ("h",), download=True, upload=False)
-    kept = {"scaffold_ci/h": np.ones(2, np.float32)}
+    kept = DeviceState(objective={"scaffold_ci/h": np.ones(2, np.float32)})
     _, st = start_vectors("delta", first, _bcast(), 1, ["h"], kept, INIT)
     _, st = finish("delta", first, {"h": np.array([5, 5], np.float32)}, st, INIT)
-    assert set(st) == {"params/h", "base/h", "scaffold_ci/h"}
+    assert (set(st.params), set(st.base), set(st.objective)) == ({"h"}, {"h"}, {"scaffold_ci/h"})
     next_phase = RoundPlan(9, np.array([1]), ("g",), download=True, upload=False)
     start, st = start_vectors("delta", next_phase, _bcast(), 1, ["g"], st, INIT)
-    assert set(st) == {"base/g", "scaffold_ci/h"} and start["h"].tolist() == [2, 2]
+    assert (set(st.params), set(st.base), set(st.objective)) == (set(), {"g"}, {"scaffold_ci/h"})
+    assert start["h"].tolist() == [2, 2]
 
 
 def test_none_mode_never_communicates() -> None:
     plan = RoundPlan(1, np.array([0]), ("g", "h"), download=False, upload=False)
-    start, st = start_vectors("none", plan, _bcast(), 0, ["g", "h"], {}, INIT)
+    start, st = start_vectors("none", plan, _bcast(), 0, ["g", "h"], EMPTY, INIT)
     assert start["g"].tolist() == [0, 0]
     sent, st = finish("none", plan, {"g": np.array([5, 5], np.float32),
                                      "h": np.array([6, 6], np.float32)}, st, INIT)
-    assert sent == {} and st["params/g"].tolist() == [5, 5]
+    assert sent == {} and st.params["g"].tolist() == [5, 5]
+
+
+def test_device_state_records_keep_the_checkpoint_format() -> None:
+    """A device's state travels and is checkpointed as the record checkpoints always held:
+    None, the adapter array alone, or one flat dict; reading one back is exact."""
+    a = np.arange(2, dtype=np.float32)
+    assert EMPTY.to_record() is None and DeviceState.from_record(None).is_empty()
+    assert DeviceState(adapter=a).to_record() is a
+    assert DeviceState.from_record(a).adapter is a
+    old = {"params/g": a, "base/g": a + 1, "scaffold_ci/g": a + 2, "local": a + 3}
+    st = DeviceState.from_record(old)
+    assert st.params["g"] is a and st.base["g"].tolist() == [1, 2]
+    assert set(st.objective) == {"scaffold_ci/g"} and st.adapter.tolist() == [3, 4]
+    again = st.to_record()
+    assert again.keys() == old.keys() and all(again[k] is old[k] for k in old)
+    with pytest.raises(TypeError, match="array or a dict"):
+        DeviceState.from_record([1.0, 2.0])

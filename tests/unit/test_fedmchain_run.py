@@ -33,7 +33,8 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
     for t in range(1, sc.rounds + 1):
         server_before = copy.deepcopy(ex.server.params)
         clusters_before = copy.deepcopy(ex.server.policies.aggregator.models)
-        devices_before = copy.deepcopy({d: s for h in ex.hosts for d, s in h.device_state.items()})
+        devices_before = copy.deepcopy({d: s.to_record() for h in ex.hosts
+                                        for d, s in h.states.items()})
         plan, bcast = ex.plan(t, ex.poll(t))
         m = ["dom", "mid", "weak"][(t - 1) // 2]
         active = f"sensor:{m}"
@@ -42,7 +43,7 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
         trained = ex.train(t, (plan, bcast))
         results = trained.results
         assert all(set(r.updates) == {active} for r in results)
-        stats = ex.aggregate(t, (plan, bcast), trained)
+        stats = ex.aggregate(t, (plan, bcast), trained).row
         n_sent = sum(r.updates[active].shape[0] for r in results)
         assert stats["bytes_up"] == n_sent * sizes[active] * 4
         # the phase's group, plus each earlier modality a device holds, sent once
@@ -62,7 +63,8 @@ def test_phases_train_send_and_aggregate_only_the_active_modality() -> None:
                 assert np.array_equal(v, clusters_before[g]), (t, g)
         assert not np.array_equal(ex.server.params[active], server_before[active])
         for h in ex.hosts:
-            for d, st in h.device_state.items():
+            for d, state in h.states.items():
+                st = state.to_record()
                 for key, v in devices_before.get(d, {}).items():
                     if not key.endswith(active):
                         assert np.array_equal(st[key], v), (t, d, key)
@@ -113,10 +115,10 @@ def test_a_phase_two_device_trains_on_the_earlier_branch_it_is_evaluated_with(
             if not world.population.sensor_mask[device, dom]:
                 continue
             evaluated = exchange.eval_vectors("delta", payload, device,
-                                              host.device_state.get(device, {}),
+                                              host.state_of(device),
                                               host.trainer.initial)["sensor:dom"]
             np.testing.assert_array_equal(vec, evaluated)
-            own = host.device_state.get(device, {}).get("params/sensor:dom")
+            own = host.state_of(device).params.get("sensor:dom")
             if own is not None:   # it trained dom in phase 1: that copy is not what it uses
                 assert not np.array_equal(vec, own)
             checked += 1

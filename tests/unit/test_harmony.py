@@ -146,7 +146,7 @@ def test_each_stage_trains_and_moves_only_its_groups() -> None:
     snap = {}
     for t in range(1, 7):
         plan, bcast = ex.plan(t, ex.poll(t))
-        stats = ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast)))
+        stats = ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast))).row
         snap[t] = dict(ex.server.params)
         if t >= 5:
             assert plan.active_groups == ("shared",) and np.isin(plan.selected, multi).all()

@@ -21,7 +21,7 @@ from raymm.models import LOCAL, MultimodalNet
 from raymm.losses import mean_cross_entropy
 from raymm.policy import LossInputs, Objective
 from raymm.server import Server
-from raymm.vectorised import VectorisedHost, make_host
+from raymm.hosts import VectorisedHost, make_host
 
 from helpers import tiny_scenario
 
@@ -158,7 +158,7 @@ def test_a_step_on_the_personal_path_leaves_every_global_parameter_unchanged(
             assert row.tobytes() == server.params[g].tobytes(), g
     initial = host.trainer.initial_local
     for dev in plan.selected.tolist():
-        assert not np.array_equal(host.local_state[dev], initial), dev
+        assert not np.array_equal(host.states[dev].adapter, initial), dev
 
 
 def test_personal_rule_lock_step_matches_sequential_adapters() -> None:
@@ -177,9 +177,9 @@ def test_personal_rule_lock_step_matches_sequential_adapters() -> None:
     for g in a.updates:
         np.testing.assert_allclose(b.updates[g], a.updates[g], rtol=0, atol=1e-5)
     for dev in plan.selected.tolist():
-        np.testing.assert_allclose(hosts[1].local_state[dev], hosts[0].local_state[dev],
+        np.testing.assert_allclose(hosts[1].states[dev].adapter, hosts[0].states[dev].adapter,
                                    rtol=0, atol=1e-5)
-        assert not np.array_equal(hosts[0].local_state[dev], hosts[0].trainer.initial_local)
+        assert not np.array_equal(hosts[0].states[dev].adapter, hosts[0].trainer.initial_local)
     assert LOCAL not in a.updates
 
 
@@ -209,7 +209,8 @@ def test_each_device_evaluates_with_its_own_adapter_on_its_own_test_part() -> No
                 logits = tr.model(xs, present, use_adapter=True).logits
             return float(F.cross_entropy(logits, tr.train_y[idx], reduction="sum"))
 
-        own = host.local_state.get(dev, tr.initial_local)
+        own = host.state_of(dev).adapter
+        own = tr.initial_local if own is None else own
         assert ev.n_test[dev] == idx.shape[0] > 0
         assert ev.loss_sum[dev] == pytest.approx(loss_with(own), rel=1e-6)
         if dev in plan.selected:  # a trained adapter predicts differently from the identity

@@ -139,7 +139,7 @@ def one_round_bytes(raw: dict, prototypes: bool) -> tuple[Server, dict, np.ndarr
             {"prototypes": np.zeros((2, 4), np.float32), "has_prototype": np.array([True, False])})
     host = DeviceHost(np.arange(6), world.population, world.dataset, world.host_spec)
     plan, bcast = server.plan(1, [host.report_online(1)])
-    stats = server.aggregate(1, plan, [host.train(plan, bcast)])
+    stats = server.aggregate(1, plan, [host.train(plan, bcast)]).row
     return server, stats, world.population.tier
 
 

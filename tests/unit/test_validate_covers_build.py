@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -150,3 +151,109 @@ def test_tier_rules_have_one_home(tiny_data, tiers: list[dict[str, Any]], messag
     with pytest.raises(ScenarioError) as built:
         build_population(PopulationSpec(devices=12, tiers=tiers), tiny_data, 0)
     assert built.value.problems == expected
+
+
+# --- the data's sizes: validate asks the loader's facts what building reads off the data ---
+# Each case is refused by building the run from the loaded data (the partition, the local
+# split, the model's size); `raymm validate` must refuse it with that message, before any
+# data is loaded, and `raymm run` the same way.
+SIZE_MISTAKES: dict[str, dict[str, Any]] = {
+    "dirichlet needs more samples than the data has": {
+        "population.partition.min_samples": 40},
+    "iid leaves devices without a sample": {
+        "population.devices": 500, "population.tiers": None,
+        "population.partition": {"kind": "iid"}},
+    "by_group on data without groups": {"population.partition": {"kind": "by_group"}},
+    "by_group with another device count than groups": {
+        "dataset": {"name": "bench", "clients": 10, "samples_per_client": 8, "dim": 4,
+                    "test_samples": 50},
+        "population.tiers": None, "population.partition": {"kind": "by_group"}},
+    "a local test part that leaves devices no training sample": {
+        "population.devices": 200, "population.tiers": None,
+        "population.partition": {"kind": "iid"}, "population.local_test_fraction": 0.9},
+    "a model too large for the data's inputs": {"model.hidden": 65_536,
+                                                "model.embed_dim": 65_536},
+}
+
+
+def built_problems(raw: dict[str, Any]) -> list[str]:
+    """What building the run from the loaded data refuses (as `raymm.build.build_world`)."""
+    from raymm.build import build_world
+
+    sc = Scenario.model_validate(merge_preset(raw, policies.PRESETS, None))
+    with pytest.raises(ScenarioError) as built:
+        build_world(sc)
+    return built.value.problems
+
+
+@pytest.mark.parametrize("case", SIZE_MISTAKES)
+def test_validate_refuses_what_the_loaded_data_refuses(case: str, tmp_path,
+                                                       capsys: pytest.CaptureFixture[str]):
+    import yaml
+
+    raw = tiny_scenario(**SIZE_MISTAKES[case])
+    expected = built_problems(raw)
+    assert len(expected) == 1, expected
+    with pytest.raises(ScenarioError) as validated:
+        check_scenario(raw, policies.PRESETS)
+    assert validated.value.problems == expected
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for command in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path)]):
+        assert main(command) == 2
+        assert f"  - {expected[0]}\n" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]  # run wrote nothing
+
+
+def test_the_facts_are_what_loading_gives():
+    """A loader's `DataFacts` (what validation reads) agree with the loaded data."""
+    from raymm.data import DATASETS, load_dataset
+    from raymm.data.base import loader_facts
+
+    specs = [("synthetic", {"n_train": 37, "classes": 3,
+                            "sensors": {"a": {"dim": 3, "informativeness": 1.0},
+                                        "t": {"dim": 2, "length": 5, "informativeness": 0}}}),
+             ("bench", {"clients": 7, "samples_per_client": 3, "dim": 5, "classes": 4}),
+             ("digits", {}), ("digits", {"test_fraction": 0.1})]
+    for name, params in specs:
+        loader = DATASETS[name]
+        facts = loader_facts(loader, loader.Params(**params))
+        data = load_dataset(name, params, 0)
+        groups = None if data.train.group is None else len(np.unique(data.train.group))
+        assert facts is not None
+        assert (facts.n_train, facts.groups, facts.num_classes) == \
+            (len(data.train), groups, data.num_classes), name
+        assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}, name
+
+
+def test_har_facts_come_from_the_file_headers(data_dir):
+    from raymm.data import DATASETS, load_dataset
+    from raymm.data.base import loader_facts
+
+    loader = DATASETS["har"]
+    facts = loader_facts(loader, loader.Params())
+    data = load_dataset("har", {}, 0)
+    assert facts is not None and facts.n_train == len(data.train) > 0
+    assert facts.groups == len(np.unique(data.train.group))
+    assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
+    assert loader_facts(loader, loader.Params(path="no/such/file.npz")) is None
+
+
+@pytest.mark.parametrize("name, pool", [("crema_d", "train+valid"), ("cmu_mosei", "train")])
+def test_release_facts_come_from_the_file_headers(name: str, pool: str, tmp_path):
+    from tiny_releases import write_standin
+
+    from raymm.data import DATASETS, load_dataset
+    from raymm.data.base import loader_facts
+
+    path = write_standin(name, tmp_path / f"{name}.npz", n_train=30, n_test=10, groups=6)
+    params = {"path": str(path), "train_pool": pool}
+    loader = DATASETS[name]
+    facts = loader_facts(loader, loader.Params(**params))
+    data = load_dataset(name, params, 0)
+    assert facts is not None
+    assert (facts.n_train, facts.groups, facts.num_classes) == (
+        len(data.train), len(np.unique(data.train.group)), data.num_classes)
+    assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    assert loader_facts(loader, loader.Params(path=str(tmp_path / "bad.npz"))) is None

@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from raymm.api import load_scenario, run
+from raymm.hosts import VectorisedHost
 from raymm.local_update import FunctionalOptimizer, OptimizerState
 from raymm.losses import sample_mean
 from raymm.policy import LossInputs, Objective
-from raymm.vectorised import VectorisedHost, why_not_vectorised
+from raymm.vectorised import why_not_vectorised
 
 from helpers import host_round, tiny_scenario
 
@@ -152,7 +153,7 @@ def test_adapter_augmentation_and_device_extras_match_sequential():
         np.testing.assert_allclose(b.updates[g], a.updates[g], atol=TOL)
     np.testing.assert_allclose(b.extras["class_sums"], a.extras["class_sums"], atol=1e-4)
     for dev in plan.selected.tolist():
-        np.testing.assert_allclose(vec.local_state[dev], seq.local_state[dev], atol=TOL)
+        np.testing.assert_allclose(vec.states[dev].adapter, seq.states[dev].adapter, atol=TOL)
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])

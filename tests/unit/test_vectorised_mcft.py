@@ -20,7 +20,7 @@ from raymm.engine import run_round
 from raymm.models.network import ModelOutput
 from raymm.policy import LossInputs
 from raymm.serial import SerialExecutor
-from raymm.vectorised import VectorisedHost
+from raymm.hosts import VectorisedHost
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 TOL = 1e-4
@@ -32,7 +32,7 @@ def _run(vectorise: bool) -> tuple[SerialExecutor, list[float]]:
     world = build_world(sc)
     ex = SerialExecutor(devices_per_host=5)
     ex.start(world)
-    losses = [run_round(ex, t, sc)["train_loss"] for t in range(1, sc.rounds + 1)]
+    losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
     return ex, losses
 
 
@@ -53,8 +53,8 @@ def test_mcft_vectorised_matches_sequential(caplog) -> None:
     assert seq_models.keys() == vec_models.keys() and seq_models
     for g in seq_models:
         np.testing.assert_allclose(vec_models[g], seq_models[g], rtol=0, atol=TOL, err_msg=g)
-    seq_dev = {d: s for h in seq.hosts for d, s in h.device_state.items()}
-    vec_dev = {d: s for h in vec.hosts for d, s in h.device_state.items()}
+    seq_dev = {d: s.to_record() for h in seq.hosts for d, s in h.states.items()}
+    vec_dev = {d: s.to_record() for h in vec.hosts for d, s in h.states.items()}
     assert seq_dev.keys() == vec_dev.keys() and seq_dev
     for d in seq_dev:
         assert seq_dev[d].keys() == vec_dev[d].keys()

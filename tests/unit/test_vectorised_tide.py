@@ -18,7 +18,7 @@ from policies.objective.tide import TideObjective, TideObjectiveParams
 from raymm.api import build_world, load_scenario, run
 from raymm.models.network import ModelOutput
 from raymm.policy import LossInputs
-from raymm.vectorised import VectorisedHost, make_host
+from raymm.hosts import VectorisedHost, make_host
 
 from helpers import tiny_scenario
 
