@@ -7,10 +7,8 @@ device per round.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import torch
@@ -20,9 +18,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from raymm import seeding
 from raymm.config import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
+from raymm.local_update import Batch, LocalUpdate, ModuleCall
 from raymm.messages import Broadcast
 from raymm.models import LOCAL, GroupLayout, MultimodalNet
-from raymm.policy import DeviceFinish, LossInputs, Objective
+from raymm.policy import DeviceFinish, Objective
 
 
 def build_model(dataset: Dataset, spec: ModelSpec, seed: int) -> MultimodalNet:
@@ -83,6 +82,7 @@ class LocalTrainer:
         self.train_y = torch.from_numpy(np.asarray(dataset.train.y)).to(self.device)
         self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
         self._generators: dict[str, torch.Generator] = {}
+        self.call = ModuleCall(self.model)  # runs the module with a device's parameters
 
     def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
         """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
@@ -101,33 +101,61 @@ class LocalTrainer:
         `upload` says whether this round's extras reach the server (`DeviceFinish.upload`)."""
         model, layout = self.model, self.layout
         layout.load(model, broadcast.params if start is None else start)
-        use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
         objective = self.objective
-        split = use_adapter and bool(objective.split_adapter)
+        use_adapter = bool(objective.uses_adapter and LOCAL in layout.slots)
         if use_adapter:
             layout.load(model, {LOCAL: self.adapter_start(local)})
-        names = set(layout.names(groups + ([LOCAL] if use_adapter else [])))
-        params = layout.params(model)
-        for name, p in params.items():
-            p.requires_grad_(name in names)
-        trainable = {n: params[n] for n in sorted(names)}
-        anchor = {n: p.detach().clone() for n, p in trainable.items()}
-        opt = self._optimizer(list(trainable.values()))
+        names = sorted(set(layout.names(groups + ([LOCAL] if use_adapter else []))))
+        own = layout.params(model)
+        for p in own.values():  # the trained ones run as separate tensors (`ModuleCall`)
+            p.requires_grad_(False)
+        # views of the loaded values: the update never writes into them (it returns new
+        # tensors), so they stay the round's anchor until the trained values are copied back
+        params = {n: own[n].detach() for n in names}
+        anchor = {n: own[n].detach() for n in names}
         extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
         state = state or {}
         dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
         finishes = objective.overrides(Objective.device_finish)
         before = layout.flatten(model, groups) if finishes else {}
-        grad_sum: dict[str, torch.Tensor] | None = {} if objective.needs_grad_mean else None
-        data_aug = self.dataset.augment
-        aug_gen = self._generator(rnd, device, "data_augment") if data_aug is not None else None
-        gen = self._generator(rnd, device, "batches")
         idx = torch.from_numpy(indices.astype(np.int64))
         xs, y = self.inputs(idx, held), self.train_y[idx]
         held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
         held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
-        n, bs = idx.shape[0], self.training.batch_size
-        losses = []
+        update = LocalUpdate(self.call, objective, self.training, use_adapter=use_adapter,
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+        batches = self._batches(device, rnd, xs, y, held_t, held_names)
+        done = update.run(params, batches, update.one_device(anchor, dev_tensors),
+                          grad_sum=objective.needs_grad_mean)
+        with torch.no_grad():  # the module ends holding the trained values
+            for n, trained in done.params.items():
+                own[n].copy_(trained)
+        losses = done.losses
+        dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
+        updates = layout.flatten(model, groups)
+        new_state: dict[str, np.ndarray] = {}
+        if finishes:
+            new_state, sent = objective.device_finish(DeviceFinish(
+                device, rnd, tuple(groups), before, updates, state,
+                dict(broadcast.extras), len(losses), self.training.lr,
+                self._mean_grads(done.grad_sum, groups, len(losses)), upload))
+            dev_extras = {**dev_extras, **sent}
+        return DeviceOutcome(
+            updates=updates,
+            local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
+            loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
+            extras=dev_extras,
+            state=new_state)
+
+    def _batches(self, device: int, rnd: int, xs: dict[str, torch.Tensor], y: torch.Tensor,
+                 held_t: torch.Tensor, held_names: tuple[str, ...]) -> Iterator[Batch]:
+        """The device's minibatches, every epoch a fresh order from its
+        `(seed, round, device, "batches")` stream, augmented as they are drawn (so the draws
+        interleave in this order, which the lock-step path reproduces)."""
+        objective, data_aug = self.objective, self.dataset.augment
+        aug_gen = self._generator(rnd, device, "data_augment") if data_aug is not None else None
+        gen = self._generator(rnd, device, "batches")
+        n, bs = y.shape[0], self.training.batch_size
         for _ in range(self.training.local_epochs):
             perm = torch.randperm(n, generator=gen)
             for lo in range(0, n, bs):
@@ -138,32 +166,7 @@ class LocalTrainer:
                                                 gen)
                 if data_aug is not None:
                     xb = data_aug(xb, held_names, aug_gen)
-                out = model(xb, present, use_adapter=use_adapter, split_adapter=split)
-                loss = objective.loss(LossInputs(out, y[b], present, held_names, trainable,
-                                                      anchor, extras, rnd, dev_tensors,
-                                                      tuple(groups)))
-                grads = torch.autograd.grad(loss, opt.params, allow_unused=True)
-                if grad_sum is not None:
-                    for name, g in zip(trainable, grads):
-                        if g is not None:
-                            grad_sum[name] = grad_sum.get(name, 0) + g
-                opt.step(grads)
-                losses.append(loss.detach())
-        dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
-        updates = layout.flatten(model, groups)
-        new_state: dict[str, np.ndarray] = {}
-        if finishes:
-            new_state, sent = objective.device_finish(DeviceFinish(
-                device, rnd, tuple(groups), before, updates, state,
-                dict(broadcast.extras), len(losses), self.training.lr,
-                self._mean_grads(grad_sum, groups, len(losses)), upload))
-            dev_extras = {**dev_extras, **sent}
-        return DeviceOutcome(
-            updates=updates,
-            local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
-            loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
-            extras=dev_extras,
-            state=new_state)
+                yield Batch(xb, y[b], present, None)
 
     def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
         """Derive the round's stream seeds of the devices about to train, all at once."""
@@ -203,92 +206,3 @@ class LocalTrainer:
         if self.initial_local is None:
             raise ValueError("this model has no device-local adapter (model.adapter: false)")
         return self.initial_local
-
-    def _optimizer(self, params: Sequence[torch.Tensor]) -> LocalOptimizer:
-        t = self.training
-        if t.optimizer == "adam":
-            return InPlaceAdam(params, t.lr, t.weight_decay)
-        return InPlaceSGD(params, t.lr, t.momentum, t.weight_decay)
-
-
-class LocalOptimizer(Protocol):
-    """A device's optimizer for one round: `step` applies one minibatch's gradients."""
-
-    params: list[torch.Tensor]
-
-    def step(self, grads: Sequence[torch.Tensor | None]) -> None: ...
-
-
-class InPlaceSGD:
-    """`torch.optim.SGD` (no dampening, no Nesterov) as the very same in-place tensor operations,
-    without the optimizer object: for the small models of simulated devices, building a torch
-    optimizer per device and round and running its step hooks cost more than the arithmetic."""
-
-    def __init__(self, params: Sequence[torch.Tensor], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
-        self.params = list(params)
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.buffers: list[torch.Tensor | None] = [None] * len(params)
-
-    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
-        with torch.no_grad():
-            for i, (p, g) in enumerate(zip(self.params, grads)):
-                if g is None:  # a parameter the loss did not use: torch.optim skips it too
-                    continue
-                if self.weight_decay:
-                    g = g.add(p, alpha=self.weight_decay)
-                if self.momentum:
-                    buf = self.buffers[i]
-                    if buf is None:
-                        buf = self.buffers[i] = torch.clone(g).detach()
-                    else:
-                        buf.mul_(self.momentum).add_(g)
-                    g = buf
-                p.add_(g, alpha=-self.lr)
-
-
-class InPlaceAdam:
-    """`torch.optim.Adam` (defaults: betas 0.9/0.999, eps 1e-8, L2 `weight_decay` added to the
-    gradient, no amsgrad) as the very operations of its multi-tensor implementation, without the
-    optimizer object: bit-identical to `torch.optim.Adam` (tested), and on the small models of
-    simulated devices about half the cost of its per-parameter loop, which dominated a step's
-    optimizer time. As in torch, a parameter without a gradient is skipped and keeps its own
-    step count (its bias correction counts only the steps it took)."""
-
-    def __init__(self, params: Sequence[torch.Tensor], lr: float, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        self.params = list(params)
-        self.lr, self.weight_decay, self.betas, self.eps = lr, weight_decay, betas, eps
-        self.m = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
-        self.v = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
-        self.steps = [0] * len(params)
-
-    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
-        # parameters that took the same number of steps share one bias correction: normally
-        # that is all of them (one multi-tensor update); a parameter that sometimes gets no
-        # gradient forms its own group
-        groups: dict[int, list[int]] = {}
-        for i, g in enumerate(grads):
-            if g is not None:
-                self.steps[i] += 1
-                groups.setdefault(self.steps[i], []).append(i)
-        with torch.no_grad():
-            for step, idx in groups.items():
-                self._update(step, [self.params[i] for i in idx],
-                             [grads[i] for i in idx],  # type: ignore[misc]
-                             [self.m[i] for i in idx], [self.v[i] for i in idx])
-
-    def _update(self, step: int, params: list[torch.Tensor], grads: list[torch.Tensor],
-                m: list[torch.Tensor], v: list[torch.Tensor]) -> None:
-        """torch.optim.adam._multi_tensor_adam's arithmetic (capturable=False)."""
-        b1, b2 = self.betas
-        if self.weight_decay:
-            grads = list(torch._foreach_add(grads, params, alpha=self.weight_decay))
-        torch._foreach_lerp_(m, grads, 1 - b1)
-        torch._foreach_mul_(v, b2)
-        torch._foreach_addcmul_(v, grads, grads, 1 - b2)
-        step_size = self.lr / (1 - b1 ** step)
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, math.sqrt(1 - b2 ** step))
-        torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(params, m, denom, -step_size)

@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
@@ -295,39 +294,8 @@ class LossInputs:
     local: dict[str, Tensor] = field(default_factory=dict)   # from the `device_tensors` hook
     groups: tuple[str, ...] = ()        # parameter groups being trained this round
     #: float [B] sample weights on the vectorised path (1 = real sample, 0 = padding of a short
-    #: last batch); None on the sequential path, where every row is real. See raymm.vectorised.
+    #: last batch); None on the sequential path, where every row is real. See raymm.local_update.
     weight: Tensor | None = None
-
-
-def sample_mean(values: Tensor, weight: Tensor | None) -> Tensor:
-    """Mean of per-sample `values` [B, ...] over the batch, padding rows (weight 0) excluded."""
-    if weight is None:
-        return values.mean(dim=0)
-    w = weight.reshape((-1,) + (1,) * (values.dim() - 1))
-    return (values * w).sum(dim=0) / weight.sum()
-
-
-def mean_cross_entropy(logits: Tensor, y: Tensor, weight: Tensor | None) -> Tensor:
-    """Cross-entropy averaged over the batch, padding rows (weight 0) excluded."""
-    if weight is None:
-        return F.cross_entropy(logits, y)
-    return sample_mean(F.cross_entropy(logits, y, reduction="none"), weight)
-
-
-#: logit offset that takes a padding row out of a contrastive loss's candidates: exp()
-#: underflows to 0, yet it is finite so that 0-weight rows keep finite gradients (an infinite
-#: logit would give NaN)
-PADDING_LOGIT = -1e4
-
-
-def contrastive_ce(sim: Tensor, weight: Tensor | None) -> Tensor:
-    """InfoNCE core: mean_b -log softmax_b'(sim[b, b'])[b] for a square similarity [B, B] of
-    anchors (rows) against candidates (columns), positives on the diagonal. With `weight`,
-    padding rows are neither candidates (their column gets `PADDING_LOGIT`) nor anchors."""
-    target = torch.arange(sim.shape[0], device=sim.device)
-    if weight is not None:
-        sim = sim + ((1.0 - weight) * PADDING_LOGIT)[None, :]
-    return mean_cross_entropy(sim, target, weight)
 
 
 @dataclass(frozen=True)
@@ -368,7 +336,7 @@ class Objective(Policy, ABC):
 
     #: whether the device-local adapter is used when training
     uses_adapter: bool = False
-    #: `loss` keeps the lock-step contract of `raymm.vectorised` (vmappable, honours
+    #: `loss` keeps the lock-step contract of `raymm.local_update` (vmappable, honours
     #: `LossInputs.weight`): devices may train in lock-step (`training.vectorise: true`)
     vectorisable: bool = False
     #: with `uses_adapter`: trainers ask the model for the adapter-free task logits plus the
@@ -417,12 +385,3 @@ class Objective(Policy, ABC):
         (e.g. FedProto's nearest prototype). Default: none."""
         return {}
 
-
-def prox_term(inp: LossInputs) -> Tensor:
-    """Squared L2 distance of the trained parameters to the ones received this round."""
-    total = None
-    for name, p in inp.trainable.items():
-        d = ((p - inp.anchor[name]) ** 2).sum()
-        total = d if total is None else total + d
-    assert total is not None, "prox_term needs at least one trainable parameter"
-    return total

@@ -4,35 +4,25 @@
 trains its selected devices together: devices are grouped into *buckets* that share everything
 that is Python-level structure -- the sensor set (hence the held sensors, the groups trained and
 which inputs are all-zero) and the number of optimizer steps per epoch -- and each bucket runs
-as one program. Trainable parameters are stacked along a leading device axis,
-`functional_call` runs the one shared module on each device's slice, `vmap(grad_and_value(loss))`
-gives every device's loss and gradient in one call, and a functional SGD/Adam (the same update
-as `torch.optim`) moves every stack at once. The last minibatch of an epoch is shorter for some
-devices than for others: it is padded to the batch size, and `LossInputs.weight` marks real rows
-1 and padding 0. Minibatch order, augmentation draws and everything else random come from the
-same per-device streams as the sequential path.
+as one program. Trainable parameters are stacked along a leading device axis and the bucket runs
+the very local update the sequential path runs (`raymm.local_update`: the same loss, minibatch
+loop and optimizer), its gradients taken with `vmap(grad_and_value(loss))` over the devices.
+The last minibatch of an epoch is shorter for some devices than for others: it is padded to the
+batch size, and `LossInputs.weight` marks real rows 1 and padding 0. Minibatch order,
+augmentation draws and everything else random come from the same per-device streams as the
+sequential path.
 
 Agreement with the sequential path: the same updates up to float32 rounding (batched matmuls
 and weighted means sum in a different order); `tests/unit/test_vectorised.py` holds it to an
 absolute 1e-4 on every parameter after several rounds. A device's result does not depend on which
 other devices share its bucket or chunk, so packing still does not change results.
 
-What an objective must provide to be vectorised -- it opts in with `vectorisable = True`:
-  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and `grad`:
-    no `.item()`/`float()`, no Python branches on tensor values, no in-place updates of inputs,
-    no random draws inside the loss (draw in `augment`);
-  * every reduction over samples honours `inp.weight` (float [B]; None on the sequential path):
-    use `raymm.policy.sample_mean`, and keep padding rows out of anything that compares samples
-    within the batch (e.g. mask them out of InfoNCE's candidates with `log(weight)`);
-  * Python-level structure may depend only on what a bucket shares: `inp.held`, the keys of
-    `inp.trainable`/`inp.anchor`, `inp.extras` (the server's broadcast, identical for every
-    device) and `inp.round`. Inside the loss, `inp.trainable[name]`, `inp.anchor[name]`,
-    `inp.y`, `inp.present` and `inp.out` are one device's unbatched views;
-  * `augment(xb, present, held, sensors, gen)` is called per device and minibatch outside
-    vmap with that device's generator, in the sequential path's order, so its draws are
-    identical; `device_extras(model, xs, y, held_t, use_adapter)` is called per device after
-    training with the module holding that device's trained parameters (both are hooks of
-    `raymm.policy.Objective`; one left at its default is not called here).
+An objective opts in with `vectorisable = True`, which promises the lock-step contract written
+in `raymm.local_update`. Its hooks run as on the sequential path: `augment(xb, present, held,
+sensors, gen)` per device and minibatch outside vmap with that device's generator, in the
+sequential path's order, so its draws are identical; `device_extras(model, xs, y, held_t,
+use_adapter)` per device after training with the module holding that device's trained
+parameters (one left at its default is not called here).
 
 Starting values are per device, exactly what the sequential path loads: the vectors
 `raymm.exchange.start_vectors` gives the device (the broadcast, its cluster's model, or the
@@ -58,26 +48,22 @@ failure).
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import functional_call, grad_and_value, vmap
 
 from raymm import seeding
-from raymm.config import TrainingSpec
 from raymm.local import DeviceOutcome, LocalTrainer
+from raymm.local_update import Batch, LocalUpdate, Params
 from raymm.messages import Broadcast
 from raymm.models import LOCAL
-from raymm.policy import DeviceFinish, LossInputs, Objective
+from raymm.policy import DeviceFinish, Objective
 
 log = logging.getLogger("raymm.vectorised")
-
-Params = dict[str, Tensor]
 
 
 def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
@@ -88,46 +74,6 @@ def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = Non
     if model is not None and any(True for _ in model.buffers()):
         return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
     return None
-
-
-# --------------------------------------------------------------------------- optimizers
-
-
-class FunctionalOptimizer:
-    """`torch.optim.SGD` / `Adam` (as `LocalTrainer` builds them) as pure functions of stacked
-    parameters: `step(params, grads, state) -> (params, state)`; fresh state per round, as the
-    sequential path builds a fresh optimizer per device."""
-
-    def __init__(self, training: TrainingSpec) -> None:
-        self.t = training
-
-    def init(self, params: Params) -> dict[str, Any]:
-        return {"step": 0, "buf": {}, "m": {}, "v": {}}
-
-    def step(self, params: Params, grads: Params, state: dict[str, Any]
-             ) -> tuple[Params, dict[str, Any]]:
-        t = self.t
-        step = state["step"] + 1
-        out: Params = {}
-        new = {"step": step, "buf": {}, "m": {}, "v": {}}
-        for name, p in params.items():
-            g = grads[name]
-            if t.weight_decay:
-                g = g + t.weight_decay * p
-            if t.optimizer == "adam":
-                b1, b2, eps = 0.9, 0.999, 1e-8
-                m = state["m"].get(name, torch.zeros_like(p)).lerp(g, 1 - b1)
-                v = state["v"].get(name, torch.zeros_like(p)) * b2 + (1 - b2) * g * g
-                denom = v.sqrt() / math.sqrt(1 - b2 ** step) + eps
-                out[name] = p - (t.lr / (1 - b1 ** step)) * m / denom
-                new["m"][name], new["v"][name] = m, v
-                continue
-            if t.momentum:
-                buf = g if step == 1 else state["buf"][name] * t.momentum + g
-                new["buf"][name] = buf
-                g = buf
-            out[name] = torch.add(p, g, alpha=-t.lr)  # as torch.optim.SGD's add_(alpha=-lr)
-        return out, new
 
 
 # --------------------------------------------------------------------------- trainer
@@ -159,7 +105,6 @@ class VectorisedTrainer:
         self.layout = base.layout
         self.sensors = base.dataset.sensors
         self.objective = base.objective
-        self.optim = FunctionalOptimizer(base.training)
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
         self.fallback: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
@@ -203,8 +148,6 @@ class VectorisedTrainer:
                      ) -> dict[int, DeviceOutcome]:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
-        fwd = {"use_adapter": use_adapter,
-               "split_adapter": use_adapter and bool(self.objective.split_adapter)}
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
@@ -228,7 +171,6 @@ class VectorisedTrainer:
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
-        model, objective = self.model, self.objective
         if augment is None and data_aug is None:
             # nothing but the minibatch order draws from a device's stream: draw every epoch's
             # order now, in the sequential path's order, with one re-seeded generator
@@ -237,34 +179,26 @@ class VectorisedTrainer:
         else:
             gens = seeding.generators(seeds)
 
-        def loss_fn(train: Params, anc: Params, frozen: Params, local: Params,
-                    xb: dict[str, Tensor], y: Tensor, present: Tensor, w: Tensor) -> Tensor:
-            out = functional_call(model, {**shared, **frozen, **train}, (xb, present), fwd)
-            return objective.loss(LossInputs(out, y, present, held_names, train, anc, extras,
-                                             rnd, local, groups=tuple(groups), weight=w))
+        def batches() -> Iterator[Batch]:
+            for epoch in range(t.local_epochs):
+                # [G, steps, B] rows of the split
+                rows = all_rows[epoch] if not gens else \
+                    self._epoch_rows(reqs, gens, sizes, steps)
+                for s in range(steps):
+                    xb, present = self._inputs(rows[:, s], held, held_t)
+                    y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
+                    if augment is not None or data_aug is not None:
+                        xb, present = self._augment(augment, data_aug, xb, present,
+                                                    weight[:, s], held_names, gens, aug_gens)
+                    yield Batch(xb, y, present, weight[:, s])
 
-        step_fn = vmap(grad_and_value(loss_fn))
-        state = self.optim.init(params)
-        grad_sum: Params | None = {} if self.objective.needs_grad_mean else None
-        losses = []
-        for epoch in range(t.local_epochs):
-            # [G, steps, B] rows of the split
-            rows = all_rows[epoch] if not gens else self._epoch_rows(reqs, gens, sizes, steps)
-            for s in range(steps):
-                xb, present = self._inputs(rows[:, s], held, held_t)
-                y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
-                if augment is not None or data_aug is not None:
-                    xb, present = self._augment(augment, data_aug, xb, present, weight[:, s],
-                                                held_names, gens, aug_gens)
-                grads, loss = step_fn(params, anchor, dev_frozen, local_t, xb, y, present,
-                                      weight[:, s])
-                if grad_sum is not None:
-                    for n, g in grads.items():
-                        grad_sum[n] = grad_sum[n] + g.detach() if n in grad_sum else g.detach()
-                params, state = self.optim.step(params, grads, state)
-                losses.append(loss.detach())
-        return self._outcomes(reqs, sources, groups, params, torch.stack(losses, 1),
-                              use_adapter, grad_sum, rnd)
+        update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+        done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
+                                                                 local_t),
+                          grad_sum=self.objective.needs_grad_mean)
+        return self._outcomes(reqs, sources, groups, done.params, torch.stack(done.losses, 1),
+                              use_adapter, done.grad_sum, rnd)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -450,19 +384,20 @@ class VectorisedTrainer:
 
 
 class _PrecomputedTrainer:
-    """Stands in for a host's `LocalTrainer`: hands out the outcomes trained in lock-step this
-    round and trains anything else with the sequential trainer. An outcome is used only if it was
-    computed for exactly the round and groups the host asks for, so the host's own bookkeeping
-    (failures, device-local state, stacking) stays the single source of truth."""
+    """What a `VectorisedHost` gives its `DeviceHost` machinery as its trainer: the outcomes
+    trained in lock-step this round, and the sequential `LocalTrainer` for anything else. An
+    outcome is used only if it was computed for exactly the round and groups the host asks for,
+    so the host's own bookkeeping (failures, device-local state, stacking) stays the single
+    source of truth. Besides `train` and `prepare_round` it carries what `DeviceHost` reads of
+    its trainer (tests/unit/test_vectorised.py checks the list against raymm/host.py)."""
 
     def __init__(self, base: LocalTrainer) -> None:
         self.base = base
         self.ready: dict[int, tuple[tuple[int, tuple[str, ...]], DeviceOutcome]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "base":  # not set yet (e.g. while unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.base, name)
+        self.model, self.layout, self.initial = base.model, base.layout, base.initial
+        self.initial_local = base.initial_local
+        self.flops, self.train_x, self.train_y = base.flops, base.train_x, base.train_y
+        self.adapter_start = base.adapter_start
 
     def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
         """Seeds only for the devices left to train sequentially: the lock-step run derived

@@ -18,9 +18,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
+from raymm.losses import mean_cross_entropy, prox_term
 from raymm.messages import UpdateBatch
-from raymm.policy import (AggregationContext, Aggregator, LossInputs, NoParams,
-                          Objective, mean_cross_entropy, prox_term)
+from raymm.policy import AggregationContext, Aggregator, LossInputs, NoParams, Objective
 from raymm.registry import AGGREGATORS, OBJECTIVES
 
 #: the broadcast extra's name

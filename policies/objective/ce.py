@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.policy import LossInputs, Objective, mean_cross_entropy, prox_term
+from raymm.losses import mean_cross_entropy, prox_term
+from raymm.policy import LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 

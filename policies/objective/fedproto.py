@@ -31,7 +31,8 @@ from torch import Tensor
 
 from raymm.models import MultimodalNet
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs, Objective, mean_cross_entropy
+from raymm.losses import mean_cross_entropy
+from raymm.policy import LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 Z = "z"

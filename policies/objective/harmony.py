@@ -20,7 +20,8 @@ from torch import Tensor
 
 from policies.schedule.harmony import HarmonyParams, fusion_start
 from raymm.errors import refuse
-from raymm.policy import LossInputs, Objective, mean_cross_entropy
+from raymm.losses import mean_cross_entropy
+from raymm.policy import LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from policies.schedule.chain import PRECEDING, preceding, resolve_chain
 from raymm.errors import refuse
-from raymm.policy import LossInputs, Objective, contrastive_ce, sample_mean
+from raymm.losses import contrastive_ce, sample_mean
+from raymm.policy import LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 

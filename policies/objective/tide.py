@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.models import MultimodalNet
-from raymm.policy import LossInputs, Objective, contrastive_ce, mean_cross_entropy
+from raymm.losses import contrastive_ce, mean_cross_entropy
+from raymm.policy import LossInputs, Objective
 from raymm.registry import OBJECTIVES
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
@@ -89,7 +90,7 @@ def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float, weight: Tensor | None = 
                   ) -> Tensor:
     """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ.
     With `weight`, padding rows are neither candidates (their logits get
-    `raymm.policy.PADDING_LOGIT`) nor anchors (weighted mean over anchors)."""
+    `raymm.losses.PADDING_LOGIT`) nor anchors (weighted mean over anchors)."""
     omega = F.normalize(ea, dim=1) @ F.normalize(eb, dim=1).T / kappa
     return 0.5 * (contrastive_ce(omega, weight) + contrastive_ce(omega.T, weight))
 

@@ -1,67 +1,109 @@
-"""The sequential path's in-place SGD and Adam are torch.optim.SGD and Adam, bit for bit."""
+"""The one local optimizer (`raymm.local_update.FunctionalOptimizer`) is torch.optim.SGD and
+Adam bit for bit, run on one device's tensors, and the same update per device on stacks."""
 
 import pytest
 import torch
 
-from raymm.local import InPlaceAdam, InPlaceSGD
+from raymm.config import TrainingSpec
+from raymm.local_update import FunctionalOptimizer, OptimizerState
+
+
+def _spec(optimizer: str, momentum: float = 0.0, weight_decay: float = 0.0,
+          lr: float = 0.1) -> TrainingSpec:
+    return TrainingSpec(optimizer=optimizer, lr=lr, momentum=momentum,
+                        weight_decay=weight_decay)
+
+
+def _net() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+
+
+def _loss(net: torch.nn.Module, params: dict[str, torch.Tensor] | None, x: torch.Tensor,
+          y: torch.Tensor) -> torch.Tensor:
+    out = net(x) if params is None else torch.func.functional_call(net, params, (x,))
+    return torch.nn.functional.cross_entropy(out, y)
 
 
 @pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.5, 0.01)])
-def test_in_place_sgd_equals_torch_sgd(momentum: float, weight_decay: float) -> None:
+def test_sgd_equals_torch_sgd(momentum: float, weight_decay: float) -> None:
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-    mine = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-    mine.load_state_dict(ref.state_dict())
+    ref = _net()
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=momentum,
                               weight_decay=weight_decay)
-    params = list(mine.parameters())
-    opt = InPlaceSGD(params, 0.1, momentum, weight_decay)
+    params = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    opt, state = FunctionalOptimizer(_spec("sgd", momentum, weight_decay)), OptimizerState()
     x, y = torch.randn(6, 8, 5), torch.randint(0, 3, (6, 8))
     for step in range(6):
         opt_ref.zero_grad()
-        torch.nn.functional.cross_entropy(ref(x[step]), y[step]).backward()
+        _loss(ref, None, x[step], y[step]).backward()
         opt_ref.step()
-        loss = torch.nn.functional.cross_entropy(mine(x[step]), y[step])
-        opt.step(torch.autograd.grad(loss, params))
-    for a, b in zip(ref.parameters(), mine.parameters()):
-        assert torch.equal(a, b)
+        for p in params.values():
+            p.requires_grad_(True)
+        grads = torch.autograd.grad(_loss(ref, params, x[step], y[step]),
+                                    list(params.values()))
+        params, state = opt.step(params, dict(zip(params, grads)), state)
+    for n, p in ref.named_parameters():
+        assert torch.equal(p.detach(), params[n]), n
 
 
 def test_unused_parameters_are_left_alone() -> None:
-    used, unused = torch.ones(3, requires_grad=True), torch.ones(2, requires_grad=True)
-    opt = InPlaceSGD([used, unused], 0.5, momentum=0.9)
-    grads = torch.autograd.grad((used * 2).sum(), [used, unused], allow_unused=True)
-    opt.step(grads)
-    assert torch.equal(used.detach(), torch.zeros(3))
-    assert torch.equal(unused.detach(), torch.ones(2))
+    opt = FunctionalOptimizer(_spec("sgd", momentum=0.9, lr=0.5))
+    used, unused = torch.ones(3), torch.ones(2)
+    params, state = opt.step({"used": used, "unused": unused},
+                             {"used": 2 * torch.ones(3), "unused": None}, OptimizerState())
+    assert torch.equal(params["used"], torch.zeros(3))
+    assert params["unused"] is unused and "unused" not in state.buf
+    assert torch.equal(used, torch.ones(3))  # nothing is updated in place
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_in_place_adam_equals_torch_adam(weight_decay: float) -> None:
-    """Against torch's default CPU implementation (the per-parameter loop the sequential path
-    used before), and with a parameter that gets a gradient only in some steps: it keeps its
-    own step count, as in torch."""
+def test_adam_equals_torch_adam(weight_decay: float) -> None:
+    """Against torch's single-tensor CPU implementation, with a parameter that gets a gradient
+    only in some steps: it keeps its own step count, as in torch."""
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-    mine = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-    mine.load_state_dict(ref.state_dict())
-    extra_ref, extra = torch.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)
+    ref = _net()
+    extra_ref = torch.ones(4, requires_grad=True)
     opt_ref = torch.optim.Adam([*ref.parameters(), extra_ref], lr=0.01,
                                weight_decay=weight_decay, foreach=False)
-    params = [*mine.parameters(), extra]
-    opt = InPlaceAdam(params, 0.01, weight_decay)
+    params = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    params["extra"] = torch.ones(4)
+    opt, state = FunctionalOptimizer(_spec("adam", 0.0, weight_decay, 0.01)), OptimizerState()
     x, y = torch.randn(8, 8, 5), torch.randint(0, 3, (8, 8))
     for step in range(8):
         use_extra = step % 3 == 1   # the extra parameter takes part in 3 of the 8 steps
         opt_ref.zero_grad(set_to_none=True)
-        loss_ref = torch.nn.functional.cross_entropy(ref(x[step]), y[step])
+        loss_ref = _loss(ref, None, x[step], y[step])
         loss_ref = loss_ref + (extra_ref ** 2).sum() if use_extra else loss_ref
         loss_ref.backward()
         opt_ref.step()
-        loss = torch.nn.functional.cross_entropy(mine(x[step]), y[step])
-        loss = loss + (extra ** 2).sum() if use_extra else loss
-        opt.step(torch.autograd.grad(loss, params, allow_unused=True))
-    for a, b in zip([*ref.parameters(), extra_ref], params):
-        assert torch.equal(a, b)
-    assert opt.steps[-1] == 3 and opt.steps[0] == 8
-    assert not torch.equal(extra.detach(), torch.ones(4))
+        for p in params.values():
+            p.requires_grad_(True)
+        net_params = {n: p for n, p in params.items() if n != "extra"}
+        loss = _loss(ref, net_params, x[step], y[step])
+        loss = loss + (params["extra"] ** 2).sum() if use_extra else loss
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        params, state = opt.step(params, dict(zip(params, grads)), state)
+    for n, p in [*ref.named_parameters(), ("extra", extra_ref)]:
+        assert torch.equal(p.detach(), params[n]), n
+    assert state.steps["extra"] == 3 and state.steps["0.weight"] == 8
+    assert not torch.equal(params["extra"], torch.ones(4))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_stacked_devices_step_as_each_alone(kind: str) -> None:
+    """The lock-step path steps stacks [G, ...]: each device's slice moves as if it stepped
+    alone (elementwise arithmetic: what vmap over devices computes)."""
+    torch.manual_seed(1)
+    opt = FunctionalOptimizer(_spec(kind, 0.9 if kind == "sgd" else 0.0, 0.01, 0.05))
+    stacked = {"w": torch.randn(3, 4, 5), "b": torch.randn(3, 5)}
+    alone = [{n: p[i] for n, p in stacked.items()} for i in range(3)]
+    s_state, a_states = OptimizerState(), [OptimizerState() for _ in range(3)]
+    for _ in range(4):
+        grads = {n: torch.randn_like(p) for n, p in stacked.items()}
+        stacked, s_state = opt.step(stacked, grads, s_state)
+        for i in range(3):
+            alone[i], a_states[i] = opt.step(alone[i], {n: g[i] for n, g in grads.items()},
+                                             a_states[i])
+    for i in range(3):
+        for n in stacked:
+            assert torch.equal(stacked[n][i], alone[i][n]), (n, i)

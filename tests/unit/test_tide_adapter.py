@@ -18,7 +18,8 @@ from raymm.config import ModelSpec
 from raymm.host import DeviceHost, HostSpec
 from raymm.messages import Broadcast, RoundPlan
 from raymm.models import LOCAL, MultimodalNet
-from raymm.policy import LossInputs, Objective, mean_cross_entropy
+from raymm.losses import mean_cross_entropy
+from raymm.policy import LossInputs, Objective
 from raymm.server import Server
 from raymm.hosts import VectorisedHost, make_host
 

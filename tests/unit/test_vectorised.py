@@ -15,9 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from raymm.api import load_scenario, run
-from raymm.policy import LossInputs, Objective, sample_mean
 from raymm.hosts import VectorisedHost
-from raymm.vectorised import FunctionalOptimizer, why_not_vectorised
+from raymm.local_update import FunctionalOptimizer, OptimizerState
+from raymm.losses import sample_mean
+from raymm.policy import LossInputs, Objective
+from raymm.vectorised import why_not_vectorised
 
 from helpers import host_round, tiny_scenario
 
@@ -167,7 +169,7 @@ def test_functional_optimizer_is_torch_optim(opt):
                                       weight_decay=t.weight_decay))
     f = FunctionalOptimizer(t)
     params = {"w": w0.clone().unsqueeze(0).expand(3, 2, 2)}  # three devices, same start
-    state = f.init(params)
+    state = OptimizerState()
     for _ in range(4):
         torch_opt.zero_grad()
         (ref ** 3).sum().backward()
@@ -175,3 +177,28 @@ def test_functional_optimizer_is_torch_optim(opt):
         params, state = f.step(params, {"w": 3 * params["w"] ** 2}, state)
     for i in range(3):
         torch.testing.assert_close(params["w"][i], ref.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_precomputed_trainer_has_what_the_host_reads():
+    """`_PrecomputedTrainer` stands in for a host's `LocalTrainer` with an explicit list of
+    attributes: every one `DeviceHost` reads of its trainer (`self.trainer.x`, `tr.x`) is there."""
+    import ast
+    from pathlib import Path
+
+    from raymm import host
+    from raymm.vectorised import _PrecomputedTrainer
+
+    tree = ast.parse(Path(host.__file__).read_text())
+    read = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == "tr") or (
+                    isinstance(v, ast.Attribute) and v.attr == "trainer"):
+                read.add(node.attr)
+    assert {"train", "prepare_round", "initial"} <= read  # the scan sees the host's reads
+    _, vec, _, _ = host_round({})
+    pre = vec.trainer
+    assert isinstance(pre, _PrecomputedTrainer)
+    missing = [a for a in sorted(read) if not hasattr(pre, a)]
+    assert not missing, f"_PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
