@@ -22,6 +22,7 @@ from policies.objective.fedproto import (
 from raymm import exchange
 from raymm.api import load_scenario, run
 from raymm.config import read_yaml
+from raymm.device_state import DeviceState
 from raymm.errors import ScenarioError
 from raymm.messages import Broadcast, RoundPlan, UpdateBatch
 from raymm.models.network import ModelOutput
@@ -125,14 +126,14 @@ def test_uplink_counts_only_the_classes_a_device_holds() -> None:
 
 def test_personal_exchange_keeps_parameters_on_the_device() -> None:
     initial = {"g": np.zeros(2, np.float32)}
-    own = {"params/g": np.array([1.0, 2.0], np.float32)}
+    own = DeviceState(params={"g": np.array([1.0, 2.0], np.float32)})
     plan = RoundPlan(3, np.array([0]), ("g",))
     bcast = Broadcast(3, {"g": np.full(2, 9.0, np.float32)})
     start, st = exchange.start_vectors("personal", plan, bcast, 0, ["g"], own, initial)
     np.testing.assert_array_equal(start["g"], [1.0, 2.0])          # never the server's
     sent, st = exchange.finish("personal", plan, {"g": np.array([3.0, 3.0], np.float32)},
                                st, initial)
-    assert sent == {} and st["params/g"].tolist() == [3.0, 3.0]
+    assert sent == {} and st.params["g"].tolist() == [3.0, 3.0]
     np.testing.assert_array_equal(
         exchange.eval_vectors("personal", bcast, 0, st, initial)["g"], [3.0, 3.0])
     # extras (prototypes) follow delta's windows: a download at the first selection in one
