@@ -142,6 +142,13 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
     largest devices (one pass, deterministic), instead of redrawing until every device is large
     enough, which almost never succeeds with thousands of devices. Indices come back sorted.
     """
+    return split_flat(*dirichlet_flat(y, n_devices, alpha, min_samples, rng))
+
+
+def dirichlet_flat(y: np.ndarray, n_devices: int, alpha: float, min_samples: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`dirichlet_partition` as (offsets [n+1], indices): device d's sorted samples are
+    indices[offsets[d]:offsets[d+1]]. One flat array, never a million small ones."""
     if n_devices * min_samples > y.shape[0]:
         raise ScenarioError([f"population.devices: {n_devices} devices × {min_samples} samples "
                              f"exceeds the {y.shape[0]} training samples"])
@@ -153,9 +160,11 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
         cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)
         owner[idx] = np.searchsorted(cuts, np.arange(idx.shape[0]), side="right")
     _top_up(owner, n_devices, min_samples, rng)
+    # a stable sort by owner keeps each device's samples in ascending order: already sorted.
+    # A sample whose cut rounded past the last device (owner == n_devices) belongs to nobody.
     order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(n_devices + 1))
-    return [np.sort(order[bounds[d]:bounds[d + 1]]) for d in range(n_devices)]
+    offsets = np.searchsorted(owner[order], np.arange(n_devices + 1))
+    return offsets, order[:offsets[-1]]
 
 
 def _top_up(owner: np.ndarray, n_devices: int, min_samples: int,
@@ -172,12 +181,38 @@ def _top_up(owner: np.ndarray, n_devices: int, min_samples: int,
 
 
 def iid_partition(n_samples: int, n_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return split_flat(*iid_flat(n_samples, n_devices, rng))
+
+
+def iid_flat(n_samples: int, n_devices: int, rng: np.random.Generator
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A random permutation cut into `n_devices` parts as `np.array_split` cuts it (the first
+    n_samples mod n_devices parts one longer), each part sorted, as (offsets, indices)."""
     perm = rng.permutation(n_samples)
-    return [np.sort(p) for p in np.array_split(perm, n_devices)]
+    base, extra = divmod(n_samples, n_devices)
+    sizes = np.full(n_devices, base, np.int64)
+    sizes[:extra] += 1
+    offsets = np.zeros(n_devices + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    # the parts are two blocks of equal-length rows: sort each block's rows in one call
+    cut = extra * (base + 1)
+    long = np.sort(perm[:cut].reshape(extra, base + 1), axis=1)
+    short = np.sort(perm[cut:].reshape(n_devices - extra, base), axis=1)
+    return offsets, np.concatenate([long.reshape(-1), short.reshape(-1)])
+
+
+def split_flat(offsets: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+    """(offsets, indices) -> one array (a view) per device; for small populations and tests."""
+    return [indices[offsets[d]:offsets[d + 1]] for d in range(offsets.shape[0] - 1)]
 
 
 def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarray]:
     """One device per group (e.g. per subject): devices must equal the number of groups."""
+    return split_flat(*group_flat(groups, n_devices))
+
+
+def group_flat(groups: np.ndarray | None, n_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """`group_partition` as (offsets, indices)."""
     if groups is None:
         raise ScenarioError(["population.partition.kind: by_group needs a dataset with groups"])
     uniq = np.unique(groups)
@@ -186,8 +221,8 @@ def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarra
                              f"but {n_devices} devices"])
     # one stable sort instead of a scan per group: the same sorted indices, in O(n log n)
     order = np.argsort(groups, kind="stable")
-    bounds = np.searchsorted(groups[order], uniq, side="left").tolist() + [groups.shape[0]]
-    return [order[bounds[i]:bounds[i + 1]] for i in range(uniq.shape[0])]
+    bounds = np.r_[np.searchsorted(groups[order], uniq, side="left"), groups.shape[0]]
+    return bounds.astype(np.int64), order
 
 
 def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Population:
@@ -225,13 +260,15 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8 * spread("uplink")
     down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
 
-    parts = _partition(spec, dataset, seed)
-    tests: list[np.ndarray] | None = None
-    if spec.local_test_fraction is not None:
-        parts, tests = local_split(parts, spec.local_test_fraction, seed)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([p.shape[0] for p in parts])
+    offsets, flat = _partition(spec, dataset, seed)
     index_dtype = np.int32 if len(dataset.train) < 2**31 else np.int64
+    tests: dict[str, np.ndarray] = {}
+    if spec.local_test_fraction is not None:  # a seeded draw per device: a per-device loop
+        parts, test_parts = local_split(split_flat(offsets, flat), spec.local_test_fraction,
+                                        seed)
+        offsets, flat = _flatten(parts)
+        test_offsets, test_flat = _flatten(test_parts)
+        tests = {"test_offsets": test_offsets, "test_indices": test_flat.astype(index_dtype)}
     return Population(
         sensors=sensors, sensor_mask=mask, tier=tier.astype(np.int32), tier_sensors=tier_sensors,
         pattern=pattern.astype(np.int16), pattern_names=tuple(a.pattern if a.pattern != "custom"
@@ -241,8 +278,7 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         phase=phase.astype(np.int32), hardware=hardware.astype(np.int16),
         hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
         up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
-        data_offsets=offsets, data_indices=np.concatenate(parts).astype(index_dtype),
-        **(_test_columns(tests, index_dtype) if tests is not None else {}))
+        data_offsets=offsets, data_indices=flat.astype(index_dtype), **tests)
 
 
 def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
@@ -258,17 +294,19 @@ def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
     return train, test
 
 
-def _test_columns(tests: list[np.ndarray], dtype: type) -> dict[str, np.ndarray]:
-    offsets = np.zeros(len(tests) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([t.shape[0] for t in tests])
-    return {"test_offsets": offsets, "test_indices": np.concatenate(tests).astype(dtype)}
+def _flatten(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([p.shape[0] for p in parts])
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return offsets, flat
 
 
-def _partition(spec: PopulationSpec, dataset: Dataset, seed: int) -> list[np.ndarray]:
+def _partition(spec: PopulationSpec, dataset: Dataset, seed: int
+               ) -> tuple[np.ndarray, np.ndarray]:
     p = spec.partition
     r = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "partition")
     if p.kind == "dirichlet":
-        return dirichlet_partition(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
+        return dirichlet_flat(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
     if p.kind == "iid":
-        return iid_partition(len(dataset.train), spec.devices, r)
-    return group_partition(dataset.train.group, spec.devices)
+        return iid_flat(len(dataset.train), spec.devices, r)
+    return group_flat(dataset.train.group, spec.devices)
