@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -47,9 +48,12 @@ class Population:
     def n(self) -> int:
         return int(self.tier.shape[0])
 
-    @property
+    @cached_property
     def num_samples(self) -> np.ndarray:
-        return np.diff(self.data_offsets)
+        """int64 [n], read-only: computed once (hosts read it every round)."""
+        counts = np.diff(self.data_offsets)
+        counts.setflags(write=False)
+        return counts
 
     def indices(self, device: int) -> np.ndarray:
         return self.data_indices[self.data_offsets[device]:self.data_offsets[device + 1]]
@@ -60,8 +64,11 @@ class Population:
         return self.test_indices[self.test_offsets[device]:self.test_offsets[device + 1]]
 
     def online(self, t: int, devices: np.ndarray | None = None) -> np.ndarray:
-        """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all)."""
-        idx = np.arange(self.n) if devices is None else np.asarray(devices)
+        """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all).
+
+        A run of consecutive ids (what a host holds) is read as slices of the columns, not
+        gathered: a million-device host polls without three 1M-element copies."""
+        idx = _as_slice(devices, self.n)
         return (t + self.phase[idx]) % self.period[idx] < self.online_len[idx]
 
     def held(self, device: int) -> tuple[str, ...]:
@@ -71,6 +78,18 @@ class Population:
         return sum(int(getattr(self, f).nbytes) for f in (
             "sensor_mask", "tier", "pattern", "period", "online_len", "phase", "hardware",
             "gflops", "up_bps", "down_bps", "data_offsets", "data_indices"))
+
+
+def _as_slice(devices: np.ndarray | None, n: int) -> slice | np.ndarray:
+    """`devices` as a slice when it is lo, lo+1, ..., hi-1 (or None: all), else as given."""
+    if devices is None:
+        return slice(0, n)
+    idx = np.asarray(devices)
+    if idx.ndim == 1 and idx.size and idx.dtype.kind in "iu":
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        if hi - lo == idx.size and 0 <= lo and np.all(idx[1:] > idx[:-1]):
+            return slice(lo, hi)
+    return idx
 
 
 def split_counts(n: int, weights: list[float]) -> np.ndarray:
