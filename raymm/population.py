@@ -6,6 +6,7 @@ slice of one shared index array into the training split. Nothing here holds a mo
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -188,15 +189,57 @@ def dirichlet_flat(y: np.ndarray, n_devices: int, alpha: float, min_samples: int
 
 def _top_up(owner: np.ndarray, n_devices: int, min_samples: int,
             rng: np.random.Generator) -> None:
-    """Move random samples from the currently largest devices to devices below the minimum."""
+    """Move random samples from the currently largest devices to devices below the minimum.
+
+    Device by device (ascending), until it holds `min_samples`: the donor is the largest device
+    (the lowest id among equals), and the sample moved is drawn uniformly from the donor's
+    samples in index order. The largest device comes from a heap over the devices that can
+    ever be largest (`_donor_floor`), and a donor's samples from one sort of `owner`, so a
+    million devices top up in seconds, not in a scan of every sample per move.
+    """
     counts = np.bincount(owner, minlength=n_devices)
-    for dev in np.flatnonzero(counts < min_samples):
+    needy = np.flatnonzero(counts < min_samples)
+    if needy.size == 0:
+        return
+    floor = _donor_floor(counts, int((min_samples - counts[needy]).sum()), min_samples)
+    heap = [(-int(c), int(d)) for d, c in zip(np.flatnonzero(counts >= floor).tolist(),
+                                                counts[counts >= floor].tolist())]
+    heapq.heapify(heap)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(counts.shape[0] + 1))
+    pools: dict[int, np.ndarray] = {}   # a donor's samples, ascending, as they are now
+    received: set[int] = set()          # devices whose samples `order` no longer shows
+    for dev in needy.tolist():
         while counts[dev] < min_samples:
-            donor = int(np.argmax(counts))
-            pool = np.flatnonzero(owner == donor)
-            owner[pool[rng.integers(pool.shape[0])]] = dev
+            while -heap[0][0] != counts[heap[0][1]]:  # stale entries: counts changed since
+                heapq.heappop(heap)
+            donor = heap[0][1]
+            if donor not in pools:
+                pools[donor] = np.flatnonzero(owner == donor) if donor in received \
+                    else order[bounds[donor]:bounds[donor + 1]].copy()
+            pool = pools[donor]
+            j = int(rng.integers(pool.shape[0]))
+            owner[pool[j]] = dev
+            pools[donor] = np.delete(pool, j)
             counts[donor] -= 1
             counts[dev] += 1
+            heapq.heappush(heap, (-int(counts[donor]), donor))
+            if counts[dev] >= floor:
+                heapq.heappush(heap, (-int(counts[dev]), dev))
+            received.add(dev)
+            pools.pop(dev, None)
+
+
+def _donor_floor(counts: np.ndarray, moves: int, min_samples: int) -> int:
+    """A count every donor of the next `moves` moves holds at least: the largest c such that
+    the devices holding ≥ c samples can give `moves` samples while the largest still holds ≥ c
+    (Σ_{count ≥ c} (count - c + 1) > moves). 0 (every device) where that floor would not lie
+    above `min_samples` (donors could then be devices being topped up themselves)."""
+    values = np.sort(counts)[::-1].astype(np.int64)      # descending
+    above = np.cumsum(values) - (values - 1) * np.arange(1, values.shape[0] + 1)
+    ok = np.flatnonzero(above > moves)                    # Σ over the first i+1 at c = values[i]
+    floor = int(values[ok[0]]) if ok.size else 0
+    return floor if floor > min_samples else 0
 
 
 def iid_partition(n_samples: int, n_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
