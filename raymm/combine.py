@@ -92,7 +92,19 @@ def mean_of(partials: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.nda
     total = float(np.add.reduce(weights[order]))
     if not total > 0:
         return None
-    return (np.add.reduce(sums[order], axis=0) / total).astype(np.float32)
+    return (_sum_rows(sums, order) / total).astype(np.float32)
+
+
+def _sum_rows(rows: np.ndarray, order: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """`np.add.reduce(rows[order], axis=0)` -- rows added one after another in `order` --
+    without gathering all of them: a chunk at a time, each continuing from the running sum (so
+    the additions and their order are the very same). At a million devices a round has
+    thousands of blocks; the whole gather would be one more copy of all their sums."""
+    acc = np.add.reduce(rows[order[:chunk]], axis=0)
+    for lo in range(chunk, order.shape[0], chunk):
+        block = rows[order[lo:lo + chunk]]
+        acc = np.add.reduce(np.concatenate([acc[None], block]), axis=0)
+    return acc
 
 
 def weighted_mean(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray) -> np.ndarray | None:

@@ -56,12 +56,18 @@ class Observations:
         sizes.setflags(write=False)
         return sizes
 
-    def mean_compute(self) -> np.ndarray:
-        """Mean simulated training time over the last WINDOW rounds trained (NaN if never)."""
-        with np.errstate(invalid="ignore"):
-            total = np.nansum(self.compute_hist, axis=1)
-            count = np.sum(~np.isnan(self.compute_hist), axis=1)
-            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    def __post_init__(self) -> None:
+        # mean_compute's rows, kept up to date by observe_trained (None until first asked);
+        # not a dataclass field, so not part of `state_dict`
+        self._means: np.ndarray | None = None
+
+    def mean_compute(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """Mean simulated training time over the last WINDOW rounds trained (NaN if never),
+        of every device or of `ids`. Computed for all devices once, then only the rows of
+        devices that trained since (a round changes K rows of a million): the same numbers."""
+        if self._means is None:
+            self._means = _row_means(self.compute_hist)
+        return self._means.copy() if ids is None else self._means[ids]
 
     def participation(self) -> np.ndarray:
         """Share of the last WINDOW rounds in which each device was selected."""
@@ -81,6 +87,8 @@ class Observations:
         pos = self.compute_count[ids] % WINDOW
         self.compute_hist[ids, pos] = seconds
         self.compute_count[ids] += 1
+        if self._means is not None:
+            self._means[ids] = _row_means(self.compute_hist[ids])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k).copy() for k in self.__dataclass_fields__}
@@ -88,3 +96,12 @@ class Observations:
     @classmethod
     def from_state(cls, state: dict[str, np.ndarray]) -> Observations:
         return cls(**{k: np.array(v) for k, v in state.items()})
+
+
+def _row_means(hist: np.ndarray) -> np.ndarray:
+    """Per row of `hist` [m, WINDOW]: the mean of its non-NaN entries (NaN if none). Each row is
+    reduced on its own, so a subset of rows gives the very numbers of the whole array."""
+    with np.errstate(invalid="ignore"):
+        total = np.nansum(hist, axis=1)
+        count = np.sum(~np.isnan(hist), axis=1)
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)

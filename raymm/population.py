@@ -6,8 +6,10 @@ slice of one shared index array into the training split. Nothing here holds a mo
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -47,9 +49,12 @@ class Population:
     def n(self) -> int:
         return int(self.tier.shape[0])
 
-    @property
+    @cached_property
     def num_samples(self) -> np.ndarray:
-        return np.diff(self.data_offsets)
+        """int64 [n], read-only: computed once (hosts read it every round)."""
+        counts = np.diff(self.data_offsets)
+        counts.setflags(write=False)
+        return counts
 
     def indices(self, device: int) -> np.ndarray:
         return self.data_indices[self.data_offsets[device]:self.data_offsets[device + 1]]
@@ -60,8 +65,11 @@ class Population:
         return self.test_indices[self.test_offsets[device]:self.test_offsets[device + 1]]
 
     def online(self, t: int, devices: np.ndarray | None = None) -> np.ndarray:
-        """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all)."""
-        idx = np.arange(self.n) if devices is None else np.asarray(devices)
+        """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all).
+
+        A run of consecutive ids (what a host holds) is read as slices of the columns, not
+        gathered: a million-device host polls without three 1M-element copies."""
+        idx = _as_slice(devices, self.n)
         return (t + self.phase[idx]) % self.period[idx] < self.online_len[idx]
 
     def held(self, device: int) -> tuple[str, ...]:
@@ -71,6 +79,18 @@ class Population:
         return sum(int(getattr(self, f).nbytes) for f in (
             "sensor_mask", "tier", "pattern", "period", "online_len", "phase", "hardware",
             "gflops", "up_bps", "down_bps", "data_offsets", "data_indices"))
+
+
+def _as_slice(devices: np.ndarray | None, n: int) -> slice | np.ndarray:
+    """`devices` as a slice when it is lo, lo+1, ..., hi-1 (or None: all), else as given."""
+    if devices is None:
+        return slice(0, n)
+    idx = np.asarray(devices)
+    if idx.ndim == 1 and idx.size and idx.dtype.kind in "iu":
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        if hi - lo == idx.size and 0 <= lo and np.all(idx[1:] > idx[:-1]):
+            return slice(lo, hi)
+    return idx
 
 
 def split_counts(n: int, weights: list[float]) -> np.ndarray:
@@ -182,6 +202,13 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
     largest devices (one pass, deterministic), instead of redrawing until every device is large
     enough, which almost never succeeds with thousands of devices. Indices come back sorted.
     """
+    return split_flat(*dirichlet_flat(y, n_devices, alpha, min_samples, rng))
+
+
+def dirichlet_flat(y: np.ndarray, n_devices: int, alpha: float, min_samples: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`dirichlet_partition` as (offsets [n+1], indices): device d's sorted samples are
+    indices[offsets[d]:offsets[d+1]]. One flat array, never a million small ones."""
     if n_devices * min_samples > y.shape[0]:
         raise ScenarioError([dirichlet_size_problem(n_devices, min_samples, y.shape[0])])
     owner = np.empty(y.shape[0], dtype=np.int64)
@@ -192,31 +219,101 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
         cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)
         owner[idx] = np.searchsorted(cuts, np.arange(idx.shape[0]), side="right")
     _top_up(owner, n_devices, min_samples, rng)
+    # a stable sort by owner keeps each device's samples in ascending order: already sorted.
+    # A sample whose cut rounded past the last device (owner == n_devices) belongs to nobody.
     order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(n_devices + 1))
-    return [np.sort(order[bounds[d]:bounds[d + 1]]) for d in range(n_devices)]
+    offsets = np.searchsorted(owner[order], np.arange(n_devices + 1))
+    return offsets, order[:offsets[-1]]
 
 
 def _top_up(owner: np.ndarray, n_devices: int, min_samples: int,
             rng: np.random.Generator) -> None:
-    """Move random samples from the currently largest devices to devices below the minimum."""
+    """Move random samples from the currently largest devices to devices below the minimum.
+
+    Device by device (ascending), until it holds `min_samples`: the donor is the largest device
+    (the lowest id among equals), and the sample moved is drawn uniformly from the donor's
+    samples in index order. The largest device comes from a heap over the devices that can
+    ever be largest (`_donor_floor`), and a donor's samples from one sort of `owner`, so a
+    million devices top up in seconds, not in a scan of every sample per move.
+    """
     counts = np.bincount(owner, minlength=n_devices)
-    for dev in np.flatnonzero(counts < min_samples):
+    needy = np.flatnonzero(counts < min_samples)
+    if needy.size == 0:
+        return
+    floor = _donor_floor(counts, int((min_samples - counts[needy]).sum()), min_samples)
+    heap = [(-int(c), int(d)) for d, c in zip(np.flatnonzero(counts >= floor).tolist(),
+                                                counts[counts >= floor].tolist())]
+    heapq.heapify(heap)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(counts.shape[0] + 1))
+    pools: dict[int, np.ndarray] = {}   # a donor's samples, ascending, as they are now
+    received: set[int] = set()          # devices whose samples `order` no longer shows
+    for dev in needy.tolist():
         while counts[dev] < min_samples:
-            donor = int(np.argmax(counts))
-            pool = np.flatnonzero(owner == donor)
-            owner[pool[rng.integers(pool.shape[0])]] = dev
+            while -heap[0][0] != counts[heap[0][1]]:  # stale entries: counts changed since
+                heapq.heappop(heap)
+            donor = heap[0][1]
+            if donor not in pools:
+                pools[donor] = np.flatnonzero(owner == donor) if donor in received \
+                    else order[bounds[donor]:bounds[donor + 1]].copy()
+            pool = pools[donor]
+            j = int(rng.integers(pool.shape[0]))
+            owner[pool[j]] = dev
+            pools[donor] = np.delete(pool, j)
             counts[donor] -= 1
             counts[dev] += 1
+            heapq.heappush(heap, (-int(counts[donor]), donor))
+            if counts[dev] >= floor:
+                heapq.heappush(heap, (-int(counts[dev]), dev))
+            received.add(dev)
+            pools.pop(dev, None)
+
+
+def _donor_floor(counts: np.ndarray, moves: int, min_samples: int) -> int:
+    """A count every donor of the next `moves` moves holds at least: the largest c such that
+    the devices holding ≥ c samples can give `moves` samples while the largest still holds ≥ c
+    (Σ_{count ≥ c} (count - c + 1) > moves). 0 (every device) where that floor would not lie
+    above `min_samples` (donors could then be devices being topped up themselves)."""
+    values = np.sort(counts)[::-1].astype(np.int64)      # descending
+    above = np.cumsum(values) - (values - 1) * np.arange(1, values.shape[0] + 1)
+    ok = np.flatnonzero(above > moves)                    # Σ over the first i+1 at c = values[i]
+    floor = int(values[ok[0]]) if ok.size else 0
+    return floor if floor > min_samples else 0
 
 
 def iid_partition(n_samples: int, n_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return split_flat(*iid_flat(n_samples, n_devices, rng))
+
+
+def iid_flat(n_samples: int, n_devices: int, rng: np.random.Generator
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A random permutation cut into `n_devices` parts as `np.array_split` cuts it (the first
+    n_samples mod n_devices parts one longer), each part sorted, as (offsets, indices)."""
     perm = rng.permutation(n_samples)
-    return [np.sort(p) for p in np.array_split(perm, n_devices)]
+    base, extra = divmod(n_samples, n_devices)
+    sizes = np.full(n_devices, base, np.int64)
+    sizes[:extra] += 1
+    offsets = np.zeros(n_devices + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    # the parts are two blocks of equal-length rows: sort each block's rows in one call
+    cut = extra * (base + 1)
+    long = np.sort(perm[:cut].reshape(extra, base + 1), axis=1)
+    short = np.sort(perm[cut:].reshape(n_devices - extra, base), axis=1)
+    return offsets, np.concatenate([long.reshape(-1), short.reshape(-1)])
+
+
+def split_flat(offsets: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+    """(offsets, indices) -> one array (a view) per device; for small populations and tests."""
+    return [indices[offsets[d]:offsets[d + 1]] for d in range(offsets.shape[0] - 1)]
 
 
 def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarray]:
     """One device per group (e.g. per subject): devices must equal the number of groups."""
+    return split_flat(*group_flat(groups, n_devices))
+
+
+def group_flat(groups: np.ndarray | None, n_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """`group_partition` as (offsets, indices)."""
     if groups is None:
         raise ScenarioError(["population.partition.kind: by_group needs a dataset with groups"])
     uniq = np.unique(groups)
@@ -225,8 +322,8 @@ def group_partition(groups: np.ndarray | None, n_devices: int) -> list[np.ndarra
                              f"but {n_devices} devices"])
     # one stable sort instead of a scan per group: the same sorted indices, in O(n log n)
     order = np.argsort(groups, kind="stable")
-    bounds = np.searchsorted(groups[order], uniq, side="left").tolist() + [groups.shape[0]]
-    return [order[bounds[i]:bounds[i + 1]] for i in range(uniq.shape[0])]
+    bounds = np.r_[np.searchsorted(groups[order], uniq, side="left"), groups.shape[0]]
+    return bounds.astype(np.int64), order
 
 
 def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Population:
@@ -268,16 +365,19 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8 * spread("uplink")
     down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
 
-    parts = _partition(spec, dataset, seed)
-    tests: list[np.ndarray] | None = None
+    offsets, flat = _partition(spec, dataset, seed)
     if spec.local_test_fraction is not None:
-        empty = local_split_problem([p.shape[0] for p in parts], spec.local_test_fraction)
+        empty = local_split_problem(np.diff(offsets).tolist(), spec.local_test_fraction)
         if empty:
             raise ScenarioError([empty])
-        parts, tests = local_split(parts, spec.local_test_fraction, seed)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([p.shape[0] for p in parts])
     index_dtype = np.int32 if len(dataset.train) < 2**31 else np.int64
+    tests: dict[str, np.ndarray] = {}
+    if spec.local_test_fraction is not None:  # a seeded draw per device: a per-device loop
+        parts, test_parts = local_split(split_flat(offsets, flat), spec.local_test_fraction,
+                                        seed)
+        offsets, flat = _flatten(parts)
+        test_offsets, test_flat = _flatten(test_parts)
+        tests = {"test_offsets": test_offsets, "test_indices": test_flat.astype(index_dtype)}
     return Population(
         sensors=sensors, sensor_mask=mask, tier=tier.astype(np.int32), tier_sensors=tier_sensors,
         pattern=pattern.astype(np.int16), pattern_names=tuple(a.pattern if a.pattern != "custom"
@@ -287,8 +387,7 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         phase=phase.astype(np.int32), hardware=hardware.astype(np.int16),
         hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
         up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
-        data_offsets=offsets, data_indices=np.concatenate(parts).astype(index_dtype),
-        **(_test_columns(tests, index_dtype) if tests is not None else {}))
+        data_offsets=offsets, data_indices=flat.astype(index_dtype), **tests)
 
 
 def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
@@ -304,17 +403,19 @@ def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
     return train, test
 
 
-def _test_columns(tests: list[np.ndarray], dtype: type) -> dict[str, np.ndarray]:
-    offsets = np.zeros(len(tests) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([t.shape[0] for t in tests])
-    return {"test_offsets": offsets, "test_indices": np.concatenate(tests).astype(dtype)}
+def _flatten(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([p.shape[0] for p in parts])
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return offsets, flat
 
 
-def _partition(spec: PopulationSpec, dataset: Dataset, seed: int) -> list[np.ndarray]:
+def _partition(spec: PopulationSpec, dataset: Dataset, seed: int
+               ) -> tuple[np.ndarray, np.ndarray]:
     p = spec.partition
     r = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "partition")
     if p.kind == "dirichlet":
-        return dirichlet_partition(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
+        return dirichlet_flat(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
     if p.kind == "iid":
-        return iid_partition(len(dataset.train), spec.devices, r)
-    return group_partition(dataset.train.group, spec.devices)
+        return iid_flat(len(dataset.train), spec.devices, r)
+    return group_flat(dataset.train.group, spec.devices)

@@ -13,6 +13,7 @@ import torch
 
 from raymm.engine import Trained, World
 from raymm.faults import host_kills
+from raymm.memory import keep_freed_memory
 from raymm.messages import Broadcast, OnlineReport, RoundPlan
 from raymm.round_record import RoundRecord
 from raymm.server import Server
@@ -32,6 +33,7 @@ class SerialExecutor:
         self.devices_per_host = devices_per_host
 
     def start(self, world: World) -> None:
+        keep_freed_memory()  # a round's large buffers are reused, not page-faulted afresh
         n = world.population.n
         per = self.devices_per_host or n
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed

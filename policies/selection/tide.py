@@ -85,10 +85,10 @@ def tide_scores(obs: Observations, ids: np.ndarray, alpha: float, beta: float, g
     first round; η_i = |X_i| / the largest data size heard of so far; ρ_i = min_i' N_i' / N_i;
     r_i = share of the last 10 rounds selected.
     """
-    tau = obs.mean_compute()[ids]
+    tau = obs.mean_compute(ids)
     v = np.where(np.isnan(tau), 0.5, 1.0 / (1.0 + np.nan_to_num(tau)))
-    heard = obs.num_samples[obs.num_samples >= 0]
-    top_heard = float(heard.max()) if heard.size else 0.0
+    # the largest size heard of (-1: never heard of) without copying the heard ones out
+    top_heard = max(float(obs.num_samples.max()), 0.0) if obs.num_samples.size else 0.0
     top = top_heard if top_heard > 0 else 1.0
     eta = np.maximum(obs.num_samples[ids], 0) / top
     n_tier = obs.set_sizes
@@ -100,9 +100,21 @@ def tide_scores(obs: Observations, ids: np.ndarray, alpha: float, beta: float, g
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """The k ids with the largest score; equal scores go to the smaller id. Sorted output."""
-    order = np.lexsort((ids, -scores))
-    return np.sort(ids[order[:k]])
+    """The k ids with the largest score; equal scores go to the smaller id. Sorted output.
+
+    Linear time for ascending ids (the eligible devices always are) and finite scores: every
+    id scoring above the k-th largest score, then the smallest ids scoring exactly that.
+    Anything else is sorted whole (the same answer, in O(n log n))."""
+    n = ids.shape[0]
+    if k <= 0:
+        return ids[:0].copy()
+    if k >= n or not np.all(np.isfinite(scores)) or not np.all(ids[1:] > ids[:-1]):
+        order = np.lexsort((ids, -scores))
+        return np.sort(ids[order[:k]])
+    kth = np.partition(scores, n - k)[n - k]   # the k-th largest score
+    above = scores > kth
+    ties = np.flatnonzero(scores == kth)[:k - int(above.sum())]  # ascending ids: smallest
+    return np.sort(np.concatenate([ids[above], ids[ties]]))
 
 
 def window_reward(before: float, after: float, cost: float) -> float:

@@ -57,9 +57,21 @@ def _class_signal(rng: np.random.Generator, spec: SensorSpec, classes: int) -> n
     return spec.informativeness * np.sqrt(2.0) * np.sin(2 * np.pi * freq * t + phase)
 
 
+#: samples generated per step: float64 noise for a chunk, never for the whole split (10M
+#: samples x 12 features would be three ~1 GB float64 temporaries)
+CHUNK = 1 << 16
+
+
 def _sensor_split(rng: np.random.Generator, signal: np.ndarray, y: np.ndarray) -> np.ndarray:
-    noise = rng.standard_normal((y.size, *signal.shape[1:]))
-    return (signal[y] + noise).astype(np.float32)
+    """float32 `signal[y] + N(0, 1)`, drawn in chunks of `CHUNK` samples: consecutive draws of
+    one generator give the very numbers one whole-split draw gives."""
+    out = np.empty((y.size, *signal.shape[1:]), dtype=np.float32)
+    for lo in range(0, y.size, CHUNK):
+        hi = min(lo + CHUNK, y.size)
+        noise = rng.standard_normal((hi - lo, *signal.shape[1:]))
+        noise += signal[y[lo:hi]]
+        out[lo:hi] = noise
+    return out
 
 
 @register_dataset("synthetic")

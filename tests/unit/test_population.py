@@ -67,3 +67,33 @@ def test_idle_device_is_small(ds):
     pop = build_population(PopulationSpec(devices=1000, partition={"kind": "iid"}), ds, 0)
     per_device = (pop.nbytes() - 4 * len(ds.train)) / pop.n  # minus the index array itself
     assert per_device < 64
+
+
+def _top_up_by_scanning(owner, n_devices, min_samples, rng):
+    """The rule, stated plainly: per needy device in id order, move a uniformly drawn sample
+    (in index order) of the currently largest device (lowest id on ties) until it has enough."""
+    counts = np.bincount(owner, minlength=n_devices)
+    for dev in np.flatnonzero(counts < min_samples):
+        while counts[dev] < min_samples:
+            donor = int(np.argmax(counts))
+            pool = np.flatnonzero(owner == donor)
+            owner[pool[rng.integers(pool.shape[0])]] = dev
+            counts[donor] -= 1
+            counts[dev] += 1
+
+
+def test_top_up_follows_the_rule_without_scanning_every_sample():
+    from raymm.population import _top_up
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n, low = int(rng.integers(2, 80)), int(rng.integers(1, 8))
+        total = n * low + int(rng.integers(0, 4 * n))
+        weights = rng.dirichlet(np.full(n, rng.choice([0.05, 0.5, 5.0])))
+        owner = np.minimum(np.searchsorted(np.cumsum(weights), rng.random(total)), n - 1)
+        seed = int(rng.integers(1 << 30))
+        ours, plain = owner.copy(), owner.copy()
+        _top_up(ours, n, low, np.random.default_rng(seed))
+        _top_up_by_scanning(plain, n, low, np.random.default_rng(seed))
+        assert np.array_equal(ours, plain)
+        assert np.bincount(ours, minlength=n).min() >= low
