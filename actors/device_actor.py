@@ -34,8 +34,6 @@ from raymm.population import Population
 from raymm.torch_device import choose_torch_device
 from raymm.warmup import warm_up
 
-_IMPORTED = time.time()
-
 
 @ray.remote
 class DeviceActor:
@@ -48,8 +46,8 @@ class DeviceActor:
         self.device = "cpu"
         self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
         # wall-clock marks (time.time(), comparable with the driver's on one machine)
-        self.marks = {"import_start": actors.IMPORTED_AT, "imported": _IMPORTED,
-                      "init_start": start, "init_end": time.time()}
+        self.marks = {"import_start": actors.IMPORTED_AT, "init_start": start,
+                      "init_end": time.time()}
 
     def setup(self, population: list[ray.ObjectRef], dataset: list[ray.ObjectRef],
               spec: HostSpec) -> None:
@@ -82,10 +80,12 @@ class DeviceActor:
         return self._host
 
     def startup(self) -> dict[str, float]:
-        """Seconds of each start-up step: imports of this module (torch, raymm), constructor,
-        waiting for setup, getting the shared objects, building the host, warming it up."""
+        """Seconds of each start-up step: imports (Ray loads this class with its modules:
+        torch, raymm), constructor, waiting for setup, getting the shared objects, building
+        the host, warming it up; and the wall-clock times the imports began and the host was
+        ready."""
         m = self.marks
-        out = {"imports": m["imported"] - m["import_start"],
+        out = {"imports": m["init_start"] - m["import_start"],
                "init": m["init_end"] - m["init_start"]}
         if "setup_start" in m:
             out.update(idle_before_setup=m["setup_start"] - m["init_end"],
