@@ -137,7 +137,7 @@ class DeviceActor:
         """Where Ray put this actor: node id and address, the GPU ids it was given, the torch
         device it trains on, and how many simulated devices it hosts."""
         ctx = ray.get_runtime_context()
+        ids = np.asarray(self.device_ids)  # answered before `setup` too (a restarted actor)
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
                 "gpu_ids": self.gpu_ids, "torch_device": self.device,
-                "devices": int(self.host.ids.shape[0]),
-                "first_device": int(self.host.ids[0]) if self.host.ids.shape[0] else -1}
+                "devices": int(ids.shape[0]), "first_device": int(ids.min()) if ids.size else -1}
