@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayActorError, RayError
 
 from actors.device_actor import DeviceActor
 from actors.packing import Packing, plan_packing
@@ -126,8 +126,16 @@ class RayExecutor:
 
     def ready(self) -> None:
         """Wait until the server and every DeviceActor are set up and warmed up, so that round
-        1 is timed as a steady round. Optional: an actor's calls run after its setup anyway."""
-        ray.get(self._setups)
+        1 is timed as a steady round. Optional: an actor's calls run after its setup anyway.
+        A setup that raised is raised here; a DeviceActor that died meanwhile is left to round
+        1, which revives it as it does any crashed actor."""
+        server, *device_setups = self._setups
+        ray.get(server)
+        for i, ref in enumerate(device_setups):
+            try:
+                ray.get(ref)
+            except RayActorError as exc:
+                log.info("DeviceActor %d died while setting up: %s", i, type(exc).__name__)
 
     def _new_actor(self, ids: np.ndarray) -> Any:
         a = self.execution.actor
