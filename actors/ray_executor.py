@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from actors.device_actor import DeviceActor
 from actors.packing import Packing, plan_packing
@@ -269,9 +270,19 @@ class RayExecutor:
             self._restore(i, state)
 
     def _restore(self, i: int, state: dict[int, Any]) -> None:
-        a = self.actors[i]
-        ray.get([a.setup.remote(*self._shared), a.load_state_dict.remote(state)],
-                timeout=REVIVE_TIMEOUT_S)
+        """Set the actor up and load the state; while Ray is still restarting it, calls fail
+        as unavailable (both calls are idempotent): ask again until REVIVE_TIMEOUT_S."""
+        deadline = time.monotonic() + REVIVE_TIMEOUT_S
+        while True:
+            a = self.actors[i]
+            try:
+                ray.get([a.setup.remote(*self._shared), a.load_state_dict.remote(state)],
+                        timeout=max(deadline - time.monotonic(), 1.0))
+                return
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def evaluate(self, t: int) -> Any:
         return self.server.evaluate.remote(t)
