@@ -32,7 +32,7 @@ from raymm.hosts import make_host
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.torch_device import choose_torch_device
-from raymm.warmup import warm_up
+from raymm.warmup import warm_up, warm_up_transforms
 
 
 @ray.remote
@@ -45,6 +45,7 @@ class DeviceActor:
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         self.device = "cpu"
         self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
+        warm_up_transforms()  # needs no data: done while the driver still loads it
         # wall-clock marks (time.time(), comparable with the driver's on one machine)
         self.marks = {"import_start": actors.IMPORTED_AT, "init_start": start,
                       "init_end": time.time()}

@@ -9,6 +9,8 @@ still preparing round 1, so round 1's wall time is a steady round's.
 Results never change: the pass runs on zero inputs through `functional_call` with copies of the
 parameters (the module's own weights, gradients and the host's device state are untouched), and
 the global torch random state is restored afterwards (a model with dropout draws from it).
+`warm_up_transforms` is the part that needs no host (torch.func's first `grad` imports
+`torch._dynamo`, ~0.9 s): an actor runs it in its constructor, while the driver loads the data.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from raymm.host import DeviceHost
 
 #: devices and samples per device of the warm-up batch: small, but batched like a real chunk
 DEVICES, SAMPLES = 2, 2
+
+
+def warm_up_transforms() -> None:
+    """A vmapped gradient of a tiny linear map: torch.func's one-time set-up, no model needed."""
+    with torch.random.fork_rng(devices=[]):
+        w = torch.zeros(DEVICES, 2, 2)
+        x = torch.zeros(DEVICES, SAMPLES, 2)
+
+        def loss(wi: Tensor, xi: Tensor) -> Tensor:
+            return (xi @ wi).square().mean()
+
+        vmap(grad_and_value(loss))(w, x)
 
 
 def warm_up(host: DeviceHost) -> None:

@@ -58,3 +58,11 @@ def test_warm_up_works_on_a_sequential_host() -> None:
     cold, warm, plan, bcast = _hosts_and_round(**{"training.vectorise": False})
     warm_up(warm)
     assert np.array_equal(cold.train(plan, bcast).loss, warm.train(plan, bcast).loss)
+
+
+def test_warm_up_transforms_leaves_the_random_stream_alone() -> None:
+    from raymm.warmup import warm_up_transforms
+
+    rng = torch.get_rng_state()
+    warm_up_transforms()
+    assert torch.equal(torch.get_rng_state(), rng)
