@@ -2,3 +2,9 @@
 
 Thin shells only: every decision is a call into `raymm` (the core) or `policies`.
 """
+
+import time
+
+#: when this process first imported the Ray layer: a DeviceActor's start-up timings count its
+#: imports (torch, raymm) from here
+IMPORTED_AT = time.time()

@@ -3,15 +3,20 @@
 An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
 actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here.
 
-An actor that Ray restarted after a crash has lost its devices' local state. Until the executor
-gives it back (`load_state_dict`), it refuses to report or train, so the crash is seen, never
-hidden behind devices that silently start over.
+An actor is created before the driver has loaded the data (its process start and imports --
+torch, raymm -- overlap the driver's work) and gets the shared objects in `setup`, which builds
+its host and warms it up (`raymm.warmup`) while the server plans round 1. An actor that Ray
+restarted after a crash has re-run only its constructor: it has no host and has lost its
+devices' local state. Until the executor gives both back (`setup`, then `load_state_dict`), it
+refuses to report or train, so the crash is seen, never hidden behind devices that silently
+start over.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -19,31 +24,77 @@ import numpy as np
 import ray
 import torch
 
+import actors
 from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
-from raymm.host import HostSpec
+from raymm.host import DeviceHost, HostSpec
+from raymm.hosts import make_host
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.torch_device import choose_torch_device
-from raymm.hosts import make_host
+from raymm.warmup import warm_up, warm_up_transforms
 
 
 @ray.remote
 class DeviceActor:
-    def __init__(self, device_ids: np.ndarray, population: list[ray.ObjectRef],
-                 dataset: list[ray.ObjectRef], spec: HostSpec) -> None:
+    def __init__(self, device_ids: np.ndarray) -> None:
+        start = time.time()
         keep_freed_memory()
-        # shared objects arrive wrapped in a list, so Ray passes the reference (zero-copy get
-        # here) instead of pinning them as constructor arguments
+        self.device_ids = device_ids
+        self._host: DeviceHost | None = None
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device = "cpu"
+        self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
+        warm_up_transforms()  # needs no data: done while the driver still loads it
+        # wall-clock marks (time.time(), comparable with the driver's on one machine)
+        self.marks = {"import_start": actors.IMPORTED_AT, "init_start": start,
+                      "init_end": time.time()}
+
+    def setup(self, population: list[ray.ObjectRef], dataset: list[ray.ObjectRef],
+              spec: HostSpec) -> None:
+        """Build the host from the shared objects and warm it up; a no-op once built.
+
+        The shared objects arrive wrapped in a list, so Ray passes the reference (zero-copy
+        get here) instead of resolving them as arguments."""
+        if self._host is not None:
+            return
+        start = time.time()
         pop: Population = ray.get(population[0])
         data: Dataset = ray.get(dataset[0])
-        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        got = time.time()
         self.device, why = choose_torch_device(spec.device, torch.cuda.is_available(),
                                                self.gpu_ids)
         if why:
             logging.getLogger("raymm.actors").warning(why)
-        self.host = make_host(device_ids, pop, data, spec, self.device)
-        self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
+        host = make_host(self.device_ids, pop, data, spec, self.device)
+        built = time.time()
+        warm_up(host)
+        self._host = host
+        self.marks.update(setup_start=start, shared_got=got, host_built=built,
+                          warmed_up=time.time())
+
+    @property
+    def host(self) -> DeviceHost:
+        if self._host is None:
+            raise RuntimeError("this DeviceActor has no host yet: the executor calls `setup` "
+                               "first (again after Ray restarted it)")
+        return self._host
+
+    def startup(self) -> dict[str, float]:
+        """Seconds of each start-up step: imports (Ray loads this class with its modules:
+        torch, raymm), constructor, waiting for setup, getting the shared objects, building
+        the host, warming it up; and the wall-clock times the imports began and the host was
+        ready."""
+        m = self.marks
+        out = {"imports": m["init_start"] - m["import_start"],
+               "init": m["init_end"] - m["init_start"]}
+        if "setup_start" in m:
+            out.update(idle_before_setup=m["setup_start"] - m["init_end"],
+                       get_shared=m["shared_got"] - m["setup_start"],
+                       make_host=m["host_built"] - m["shared_got"],
+                       warm_up=m["warmed_up"] - m["host_built"])
+        return {**out, "import_start_wall": m["import_start"],
+                "ready_wall": m.get("warmed_up", m["init_end"])}
 
     def _check_restored(self) -> None:
         if not self.restored:
@@ -80,14 +131,14 @@ class DeviceActor:
         return self.host.state_dict()
 
     def load_state_dict(self, state: dict[int, Any]) -> None:
-        self.host.load_state_dict(state)
+        self.host.load_state_dict(state)  # raises before `setup`: no state without a host
         self.restored = True
 
     def placement(self) -> dict[str, Any]:
         """Where Ray put this actor: node id and address, the GPU ids it was given, the torch
         device it trains on, and how many simulated devices it hosts."""
         ctx = ray.get_runtime_context()
+        ids = np.asarray(self.device_ids)  # answered before `setup` too (a restarted actor)
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
                 "gpu_ids": self.gpu_ids, "torch_device": self.device,
-                "devices": int(self.host.ids.shape[0]),
-                "first_device": int(self.host.ids[0]) if self.host.ids.shape[0] else -1}
+                "devices": int(ids.shape[0]), "first_device": int(ids.min()) if ids.size else -1}

@@ -22,19 +22,21 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from actors.device_actor import DeviceActor
 from actors.packing import Packing, plan_packing
 from actors.quiet import (driver_stderr_captured, loopback_only, quiet_ray, ray_logging_level,
                           verbose)
 from actors.server_actor import ServerActor
-from raymm.config import ExecutionSpec
+from raymm.config import ExecutionSpec, Scenario
 from raymm.engine import Trained, World
+from raymm.errors import RaymmError
 from raymm.faults import host_kills
 from raymm.local import build_model
 from raymm.round_record import RoundRecord
@@ -87,32 +89,61 @@ class RayExecutor:
         self._reports: dict[int, list[Any]] = {}  # round -> its reports, asked for early
         self._polled: list[Any] = []  # the report references this round's plan was given
 
-    def start(self, world: World) -> None:
-        warn_if_not_vectorised(world)
+    def prestart(self, sc: Scenario) -> None:
+        """Start Ray and create the actors before the driver loads the data: their process
+        start and imports (torch, raymm, sklearn) overlap the driver's work. `start` hands them
+        the shared objects. Only the number of devices is needed, from the scenario."""
+        if hasattr(self, "actors"):
+            return
         self._owns_ray = ensure_ray(self.execution)
-        ex = self.execution
-        self.k = world.scenario.selection.k
-        self.rounds = world.scenario.rounds
-        self.packing: Packing = plan_packing(world.population.n, ex.devices_per_actor, ex.actor,
+        ex, n = self.execution, sc.population.devices
+        self.packing: Packing = plan_packing(n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
-        self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
-        pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
-        # kept alive for the whole run: a restarted actor re-reads its constructor arguments
-        self._shared = ([pop_ref], [data_ref], world.host_spec)
         # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
         # classes ray.actor.ActorClass, which has `options`
-        self.server = ServerActor.options(num_cpus=0).remote(  # type: ignore[attr-defined]
-            world.scenario, [data_ref], [pop_ref], world.policies)
-        per, n = self.packing.devices_per_actor, world.population.n
+        self.server = ServerActor.options(num_cpus=0).remote()  # type: ignore[attr-defined]
+        per = self.packing.devices_per_actor
         self.blocks = [np.arange(s, min(s + per, n)) for s in range(0, n, per)]
         self.actors = [self._new_actor(ids) for ids in self.blocks]
+
+    def start(self, world: World) -> None:
+        """Give every actor the shared objects; each builds its host and warms it up
+        (`ready` waits for that)."""
+        warn_if_not_vectorised(world)
+        self.prestart(world.scenario)
+        n = world.population.n
+        if sum(b.shape[0] for b in self.blocks) != n:
+            raise RaymmError(f"the actors were created for {sum(map(len, self.blocks))} "
+                             f"devices, the population has {n}")
+        self.k = world.scenario.selection.k
+        self.rounds = world.scenario.rounds
+        self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
+        pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
+        # kept alive for the whole run: a restarted actor is given them again (`_revive`)
+        self._shared = ([pop_ref], [data_ref], world.host_spec)
+        self._setups = [self.server.setup.remote(world.scenario, [data_ref], [pop_ref],
+                                                 world.policies),
+                        *[a.setup.remote(*self._shared) for a in self.actors]]
+
+    def ready(self) -> None:
+        """Wait until the server and every DeviceActor are set up and warmed up, so that round
+        1 is timed as a steady round. Optional: an actor's calls run after its setup anyway.
+        A setup that raised is raised here; a DeviceActor that died meanwhile is left to round
+        1, which revives it as it does any crashed actor."""
+        server, *device_setups = self._setups
+        ray.get(server)
+        for i, ref in enumerate(device_setups):
+            try:
+                ray.get(ref)
+            except RayActorError as exc:
+                log.info("DeviceActor %d died while setting up: %s", i, type(exc).__name__)
 
     def _new_actor(self, ids: np.ndarray) -> Any:
         a = self.execution.actor
         with driver_stderr_captured():
-            return DeviceActor.options(  # type: ignore[attr-defined]  # see start()
+            return DeviceActor.options(  # type: ignore[attr-defined]  # see prestart()
                 num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
-                max_restarts=a.max_restarts).remote(ids, *self._shared)
+                max_restarts=a.max_restarts).remote(ids)
 
     def poll(self, t: int) -> list[Any]:
         """The actors' reports, as references: they go straight into the server's plan."""
@@ -229,13 +260,29 @@ class RayExecutor:
         return stats
 
     def _revive(self, i: int) -> None:
-        """Give a (restarted or, past max_restarts, replaced) actor its devices' state back."""
+        """Give a (restarted or, past max_restarts, replaced) actor its host and its devices'
+        state back (a restart re-runs the constructor only)."""
         state = {d: self.vault[d] for d in self.blocks[i].tolist() if d in self.vault}
         try:
-            ray.get(self.actors[i].load_state_dict.remote(state), timeout=REVIVE_TIMEOUT_S)
+            self._restore(i, state)
         except RayError:
             self.actors[i] = self._new_actor(self.blocks[i])
-            ray.get(self.actors[i].load_state_dict.remote(state), timeout=REVIVE_TIMEOUT_S)
+            self._restore(i, state)
+
+    def _restore(self, i: int, state: dict[int, Any]) -> None:
+        """Set the actor up and load the state; while Ray is still restarting it, calls fail
+        as unavailable (both calls are idempotent): ask again until REVIVE_TIMEOUT_S."""
+        deadline = time.monotonic() + REVIVE_TIMEOUT_S
+        while True:
+            a = self.actors[i]
+            try:
+                ray.get([a.setup.remote(*self._shared), a.load_state_dict.remote(state)],
+                        timeout=max(deadline - time.monotonic(), 1.0))
+                return
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def evaluate(self, t: int) -> Any:
         return self.server.evaluate.remote(t)

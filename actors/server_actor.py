@@ -1,4 +1,8 @@
-"""ServerActor: owns the global state; a thin shell around `raymm.server.Server`."""
+"""ServerActor: owns the global state; a thin shell around `raymm.server.Server`.
+
+Created before the driver has loaded the data, like the DeviceActors: its process start and
+imports (sklearn's included, for the evaluation's macro F1) overlap the driver's work, and
+`setup` builds the server from the shared objects."""
 
 from __future__ import annotations
 
@@ -13,14 +17,17 @@ from raymm.data.base import Dataset
 from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.population import Population
 from raymm.round_record import RoundRecord
-from raymm.server import Policies, Server
+from raymm.server import Policies, Server, preload
 
 
 @ray.remote
 class ServerActor:
-    def __init__(self, scenario: Scenario, dataset: list[ray.ObjectRef],
-                 population: list[ray.ObjectRef], policies: Policies) -> None:
+    def __init__(self) -> None:
         keep_freed_memory()
+        preload()
+
+    def setup(self, scenario: Scenario, dataset: list[ray.ObjectRef],
+              population: list[ray.ObjectRef], policies: Policies) -> None:
         data: Dataset = ray.get(dataset[0])
         pop: Population = ray.get(population[0])
         self.server = Server(scenario, data, pop, policies)

@@ -66,16 +66,19 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         out_problem = writable_dir_problem(Path(out if out is not None else sc.output.dir))
         if out_problem:
             raise RaymmError(out_problem)
-    world = build_world(sc)          # data errors surface here, before anything is written
     ex = make_executor(sc)
-    ex.start(world)
     try:
+        # Ray and its actors start first: their process start and imports overlap the data
+        ex.prestart(sc)
+        world = build_world(sc)      # data errors surface here, before anything is written
+        ex.start(world)
         if ckpt is None:
             writer = _new_run(sc, world, out)
             first, wall_before = 1, 0.0
         else:
             writer = reopen(sc, world, ex, ckpt, run_dir)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
+        ex.ready()  # hosts built and warmed up: round 1 is timed as a steady round
         end = drive(sc, world, ex, writer, first, wall_before, progress, on_round)
         summary, state = finish_run(sc, world, ex, writer, end.last, end.wall)
     finally:

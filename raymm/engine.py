@@ -53,7 +53,16 @@ class Executor(Protocol):
 
     name: str
 
+    def prestart(self, sc: Scenario) -> None:
+        """Before the data is loaded: start what needs only the scenario (Ray, its actors), so
+        that it overlaps the driver's work. `start` does it when nobody did."""
+        ...
+
     def start(self, world: World) -> None: ...
+
+    def ready(self) -> None:
+        """Wait until everything `start` began is built and warmed up (before round 1)."""
+        ...
 
     def poll(self, t: int) -> Any: ...
 

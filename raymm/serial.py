@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from raymm.config import Scenario
 from raymm.engine import Trained, World
 from raymm.faults import host_kills
 from raymm.memory import keep_freed_memory
@@ -32,6 +33,9 @@ class SerialExecutor:
     def __init__(self, devices_per_host: int | None = None) -> None:
         self.devices_per_host = devices_per_host
 
+    def prestart(self, sc: Scenario) -> None:
+        """Nothing to start ahead: the hosts live in this process."""
+
     def start(self, world: World) -> None:
         keep_freed_memory()  # a round's large buffers are reused, not page-faulted afresh
         n = world.population.n
@@ -41,6 +45,9 @@ class SerialExecutor:
         device, _ = choose_torch_device(world.host_spec.device, torch.cuda.is_available())
         self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec, device)
                       for ids in pack_devices(n, per)]
+
+    def ready(self) -> None:
+        """The hosts were built by `start`."""
 
     def poll(self, t: int) -> list[OnlineReport]:
         return [h.report_online(t) for h in self.hosts]
