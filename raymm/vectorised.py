@@ -272,11 +272,17 @@ class VectorisedTrainer:
         perms = torch.zeros((epochs, len(reqs), steps * self.base.training.batch_size),
                             dtype=torch.int64)
         gen = torch.Generator()
-        for i, s in enumerate(seeds):
-            n = int(sizes[i])
-            gen.manual_seed(s)
-            for e in range(epochs):
-                torch.randperm(n, generator=gen, out=perms[e, i, :n])
+        seed, randperm = gen.manual_seed, torch.randperm
+        if epochs == 1:
+            rows = perms[0]
+            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
+                seed(s)
+                randperm(n, generator=gen, out=rows[i, :n])
+        else:
+            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
+                seed(s)
+                for e in range(epochs):
+                    randperm(n, generator=gen, out=perms[e, i, :n])
         return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
@@ -284,8 +290,10 @@ class VectorisedTrainer:
         row, weighted 0), as [G, steps, B]."""
         width = perms.shape[1]
         local = np.zeros((len(reqs), width), dtype=np.int64)
-        for i, r in enumerate(reqs):
-            local[i, :r.indices.shape[0]] = r.indices
+        sizes = np.array([r.indices.shape[0] for r in reqs])
+        # row-major order of the real positions is the devices' index arrays one after another
+        local[np.arange(width)[None, :] < sizes[:, None]] = np.concatenate(
+            [r.indices for r in reqs])
         rows = torch.from_numpy(local).gather(1, perms)
         return rows.view(len(reqs), steps, -1).to(self.base.device)
 
