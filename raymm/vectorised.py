@@ -355,9 +355,12 @@ class VectorisedTrainer:
             else None
         finishes = objective.overrides(Objective.device_finish)
         out = {}
+        # row views taken in one pass per group (iterating an array), not indexed per device
+        rows = {grp: list(v) for grp, v in flat.items()}
+        loss_of = mean_loss.tolist()
         for i, r in enumerate(reqs):
-            updates = {grp: flat[grp][i] for grp in groups}
-            local = flat[LOCAL][i].copy() if use_adapter else r.local
+            updates = {grp: rows[grp][i] for grp in groups}
+            local = rows[LOCAL][i].copy() if use_adapter else r.local
             extras = self._device_extras(report, r, sources[i], updates, local, use_adapter) \
                 if report is not None else {}
             new_state: dict[str, np.ndarray] = {}
@@ -369,7 +372,7 @@ class VectorisedTrainer:
                     {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
                     self.upload))
                 extras = {**extras, **sent}
-            out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
+            out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)
         return out
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
