@@ -62,6 +62,23 @@ class DeviceHost:
         # what each device keeps between rounds (adapter, exchange vectors, objective state);
         # a device that keeps nothing has no entry
         self.states: dict[int, DeviceState] = {}
+        # `device_groups` depends on the sensor mask and the plan only: computed once per
+        # distinct (mask, active groups) instead of once per device (see `groups_of`)
+        self._groups: dict[tuple[bytes, tuple[str, ...]], list[str]] = {}
+        # start vectors a subclass already computed this round (`exchange.start_vectors` is
+        # pure: the same answer), consumed by `train`
+        self._starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
+
+    def groups_of(self, held: np.ndarray, plan: RoundPlan) -> list[str]:
+        """`device_groups` of a device with sensor mask `held` this round (memoised)."""
+        key = (held.tobytes(), plan.active_groups)
+        hit = self._groups.get(key)
+        if hit is None:
+            if len(self._groups) > 64:  # schedules change active groups: keep it bounded
+                self._groups.clear()
+            hit = self._groups[key] = device_groups(held, self.pop.sensors, plan.active_groups,
+                                                    self.spec.training.upload)
+        return list(hit)
 
     def report_online(self, t: int) -> OnlineReport:
         on = self.ids[self.pop.online(t, self.ids)]
@@ -83,19 +100,20 @@ class DeviceHost:
                 errors.append(f"device {dev}: injected crash in round {plan.round}")
                 continue
             held = self.pop.sensor_mask[dev]
-            groups = device_groups(held, self.pop.sensors, plan.active_groups,
-                                   self.spec.training.upload)
+            groups = self.groups_of(held, plan)
             mode = self.spec.training.exchange
             try:
                 if plan.report:
                     reports[dev] = self._modality_report(dev, held, plan, broadcast)
-                start, state = exchange.start_vectors(mode, plan, broadcast, dev, groups,
-                                                      self.state_of(dev), self.trainer.initial)
+                known = self._starts.pop(dev, None)
+                start, state = known if known is not None else exchange.start_vectors(
+                    mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
                 out = self.trainer.train(dev, plan.round, self.pop.indices(dev), held, groups,
                                          broadcast, state.adapter, start, dict(state.objective),
                                          plan.upload)
                 # the objective's state merges key by key (a hook may update some keys only)
-                state = replace(state, objective={**state.objective, **out.state})
+                if out.state:
+                    state = replace(state, objective={**state.objective, **out.state})
                 sent, state = exchange.finish(mode, plan, out.updates, state,
                                               self.trainer.initial)
             except Exception as exc:  # noqa: BLE001 - a crashed device is data, not a crash
@@ -182,13 +200,15 @@ class DeviceHost:
             whole &= counts[inverse] >= 2
             if not whole.any():
                 continue
+            if whole.all():  # no gather: the common case of a host holding whole blocks
+                blocks, sums, weights = combine.block_sums(rows[g], n[pos], ids[pos])
+                out[g] = Partials(blocks, sums, weights, pos)
+                del rows[g], positions[g]
+                continue
             blocks, sums, weights = combine.block_sums(rows[g][whole], n[pos[whole]],
                                                        ids[pos[whole]])
             out[g] = Partials(blocks, sums, weights, pos[whole])
-            if whole.all():
-                del rows[g], positions[g]
-            else:
-                rows[g], positions[g] = rows[g][~whole], pos[~whole]
+            rows[g], positions[g] = rows[g][~whole], pos[~whole]
         return out
 
     def evaluate_devices(self, payload: Broadcast) -> DeviceEval:

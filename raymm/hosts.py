@@ -10,7 +10,6 @@ import logging
 import numpy as np
 
 from raymm import exchange
-from raymm.accounting import device_groups
 from raymm.data.base import Dataset
 from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
@@ -51,26 +50,31 @@ class VectorisedHost(DeviceHost):
             return super().train(plan, broadcast)
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
-        sensors, training = self.pop.sensors, self.spec.training
+        training = self.spec.training
         pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
         requests = []
+        pop = self.pop
+        offsets, rows, masks = pop.data_offsets, pop.data_indices, pop.sensor_mask
         for dev, crashed in zip(mine.tolist(), crash):
             if crashed:
                 continue
-            held = self.pop.sensor_mask[dev]
-            groups = device_groups(held, sensors, plan.active_groups, training.upload)
+            held = masks[dev]
+            groups = self.groups_of(held, plan)
             try:
                 start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
                                                       groups, self.state_of(dev),
                                                       pre.base.initial)
             except Exception:  # noqa: BLE001 - the sequential path records the failure
                 continue
-            requests.append(Request(dev, self.pop.indices(dev), held, tuple(groups),
-                                    state.adapter, start, dict(state.objective)))
-        done = self.vec.train(requests, plan.round, broadcast, plan.upload)
-        pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
-                     for r in requests if r.device in done}
+            # `DeviceHost.train` reuses these instead of computing them a second time
+            self._starts[dev] = (start, state)
+            requests.append(Request(dev, rows[offsets[dev]:offsets[dev + 1]], held,
+                                    tuple(groups), state.adapter, start, dict(state.objective)))
         try:
+            done = self.vec.train(requests, plan.round, broadcast, plan.upload)
+            pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
+                         for r in requests if r.device in done}
             return super().train(plan, broadcast)
         finally:
             pre.ready = {}
+            self._starts = {}

@@ -272,11 +272,17 @@ class VectorisedTrainer:
         perms = torch.zeros((epochs, len(reqs), steps * self.base.training.batch_size),
                             dtype=torch.int64)
         gen = torch.Generator()
-        for i, s in enumerate(seeds):
-            n = int(sizes[i])
-            gen.manual_seed(s)
-            for e in range(epochs):
-                torch.randperm(n, generator=gen, out=perms[e, i, :n])
+        seed, randperm = gen.manual_seed, torch.randperm
+        if epochs == 1:
+            rows = perms[0]
+            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
+                seed(s)
+                randperm(n, generator=gen, out=rows[i, :n])
+        else:
+            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
+                seed(s)
+                for e in range(epochs):
+                    randperm(n, generator=gen, out=perms[e, i, :n])
         return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
@@ -284,8 +290,10 @@ class VectorisedTrainer:
         row, weighted 0), as [G, steps, B]."""
         width = perms.shape[1]
         local = np.zeros((len(reqs), width), dtype=np.int64)
-        for i, r in enumerate(reqs):
-            local[i, :r.indices.shape[0]] = r.indices
+        sizes = np.array([r.indices.shape[0] for r in reqs])
+        # row-major order of the real positions is the devices' index arrays one after another
+        local[np.arange(width)[None, :] < sizes[:, None]] = np.concatenate(
+            [r.indices for r in reqs])
         rows = torch.from_numpy(local).gather(1, perms)
         return rows.view(len(reqs), steps, -1).to(self.base.device)
 
@@ -347,9 +355,12 @@ class VectorisedTrainer:
             else None
         finishes = objective.overrides(Objective.device_finish)
         out = {}
+        # row views taken in one pass per group (iterating an array), not indexed per device
+        rows = {grp: list(v) for grp, v in flat.items()}
+        loss_of = mean_loss.tolist()
         for i, r in enumerate(reqs):
-            updates = {grp: flat[grp][i] for grp in groups}
-            local = flat[LOCAL][i].copy() if use_adapter else r.local
+            updates = {grp: rows[grp][i] for grp in groups}
+            local = rows[LOCAL][i].copy() if use_adapter else r.local
             extras = self._device_extras(report, r, sources[i], updates, local, use_adapter) \
                 if report is not None else {}
             new_state: dict[str, np.ndarray] = {}
@@ -361,7 +372,7 @@ class VectorisedTrainer:
                     {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
                     self.upload))
                 extras = {**extras, **sent}
-            out[r.device] = DeviceOutcome(updates, local, float(mean_loss[i]), extras, new_state)
+            out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)
         return out
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
