@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: Path, name: str | None = None) -> ModuleType:
+    """Import a script that is not in a package (scenarios/bench/*.py, scenarios/scripts/*.py)
+    as a module; it is registered in sys.modules first, so its dataclasses can find it."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def tiny_scenario(**overrides: Any) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """The benchmark workload: raymm's `bench` dataset and model are the bare loop's, and
 `raymm bench` runs both and reports steady seconds per round side by side."""
 
-import importlib.util
 import json
 from argparse import Namespace
 
@@ -13,14 +12,13 @@ from raymm import bench
 from raymm.api import build_world, load_scenario
 from raymm.local import build_model
 
+from helpers import load_script
+
 
 def bare_loop_module():
     if not bench.DEFAULT_BARE_LOOP.is_file():
         pytest.skip(f"{bench.DEFAULT_BARE_LOOP} not found (it lives in ../shared/bench)")
-    spec = importlib.util.spec_from_file_location("bare_loop", bench.DEFAULT_BARE_LOOP)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(bench.DEFAULT_BARE_LOOP, "bare_loop")
 
 
 def test_bench_dataset_and_model_are_the_workloads():

@@ -1,18 +1,13 @@
 """scenarios/bench/cluster_model.py: the round-time model's fit and its sizing arithmetic."""
 
-import importlib.util
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def cluster_model():
-    spec = importlib.util.spec_from_file_location(
-        "cluster_model", REPO / "scenarios" / "bench" / "cluster_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "scenarios" / "bench" / "cluster_model.py")
 
 
 def test_fit_recovers_the_constants_of_times_the_model_made():

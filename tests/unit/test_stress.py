@@ -2,7 +2,6 @@
 server's observations of it (a few hundred bytes), never a model; 10,000 and 100,000 devices
 build in seconds, and the 1,000,000-device scenario validates (its rounds are not run here)."""
 
-import importlib.util
 
 import numpy as np
 
@@ -10,15 +9,11 @@ from raymm.api import build_world, load_scenario
 from raymm.cli import main
 from raymm.serial import SerialExecutor
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def stress_script():
-    spec = importlib.util.spec_from_file_location(
-        "stress", REPO / "scenarios" / "scripts" / "stress.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "scenarios" / "scripts" / "stress.py")
 
 
 def started(path):

@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +13,11 @@ import pytest
 from raymm.api import load_scenario
 from raymm.validate import policy_params
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "tide_ablations", REPO / "scenarios" / "scripts" / "tide_ablations.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "scenarios" / "scripts" / "tide_ablations.py")
 
 
 def test_ablation_files_are_what_the_generator_writes(capsys) -> None:
