@@ -8,6 +8,7 @@ here and never travels; `raymm.hosts.make_host` picks the host class an executor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,9 +66,6 @@ class DeviceHost:
         # `device_groups` depends on the sensor mask and the plan only: computed once per
         # distinct (mask, active groups) instead of once per device (see `groups_of`)
         self._groups: dict[tuple[bytes, tuple[str, ...]], list[str]] = {}
-        # start vectors a subclass already computed this round (`exchange.start_vectors` is
-        # pure: the same answer), consumed by `train`
-        self._starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
 
     def groups_of(self, held: np.ndarray, plan: RoundPlan) -> list[str]:
         """`device_groups` of a device with sensor mask `held` this round (memoised)."""
@@ -87,6 +85,12 @@ class DeviceHost:
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Train this host's selected devices in id order; a device that raises is recorded as
         failed (an error value), never propagated."""
+        return self._train(plan, broadcast, {})
+
+    def _train(self, plan: RoundPlan, broadcast: Broadcast,
+               starts: Mapping[int, tuple[dict[str, np.ndarray], DeviceState]]) -> HostResult:
+        """`train`, given the start vectors a subclass already computed for some devices this
+        round (`exchange.start_vectors` is pure: the same answer, not computed twice)."""
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         self.trainer.prepare_round(plan.round, mine)
@@ -105,7 +109,7 @@ class DeviceHost:
             try:
                 if plan.report:
                     reports[dev] = self._modality_report(dev, held, plan, broadcast)
-                known = self._starts.pop(dev, None)
+                known = starts.get(dev)
                 start, state = known if known is not None else exchange.start_vectors(
                     mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
                 out = self.trainer.train(dev, plan.round, self.pop.indices(dev), held, groups,

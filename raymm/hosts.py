@@ -11,6 +11,7 @@ import numpy as np
 
 from raymm import exchange
 from raymm.data.base import Dataset
+from raymm.device_state import DeviceState
 from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
 from raymm.messages import Broadcast, HostResult, RoundPlan
@@ -53,6 +54,7 @@ class VectorisedHost(DeviceHost):
         training = self.spec.training
         pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
         requests = []
+        starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
         pop = self.pop
         offsets, rows, masks = pop.data_offsets, pop.data_indices, pop.sensor_mask
         for dev, crashed in zip(mine.tolist(), crash):
@@ -66,15 +68,13 @@ class VectorisedHost(DeviceHost):
                                                       pre.base.initial)
             except Exception:  # noqa: BLE001 - the sequential path records the failure
                 continue
-            # `DeviceHost.train` reuses these instead of computing them a second time
-            self._starts[dev] = (start, state)
+            starts[dev] = (start, state)  # `DeviceHost._train` reuses them
             requests.append(Request(dev, rows[offsets[dev]:offsets[dev + 1]], held,
                                     tuple(groups), state.adapter, start, dict(state.objective)))
         try:
             done = self.vec.train(requests, plan.round, broadcast, plan.upload)
             pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
                          for r in requests if r.device in done}
-            return super().train(plan, broadcast)
+            return self._train(plan, broadcast, starts)
         finally:
             pre.ready = {}
-            self._starts = {}
