@@ -21,9 +21,9 @@ from raymm.build import (build_policies, build_world, load_scenario, make_execut
 from raymm.config import Scenario
 from raymm.engine import World
 from raymm.errors import Interrupted, RaymmError
-from raymm.loop import StopOnInterrupt, drive
+from raymm.loop import LoopEnd, StopOnInterrupt, drive
 from raymm.resume import reopen, resolve_resume
-from raymm.rundir import RunWriter, new_run_dir
+from raymm.rundir import RunWriter, named_run_dir, new_run_dir
 from raymm.safety import writable_dir_problem
 from raymm.summary import devices_table, finish_run, personal_summary, summarize
 
@@ -44,17 +44,20 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         overrides: Sequence[str] = (), out: str | Path | None = None,
         executor: str | None = None, progress: bool = False,
         resume: str | Path | None = None,
-        on_round: Callable[[dict[str, Any]], bool | None] | None = None) -> RunResult:
+        on_round: Callable[[dict[str, Any]], bool | None] | None = None,
+        run_dir: str | Path | None = None) -> RunResult:
     """Validate, build, run every round, and write the run directory. Returns the summary.
 
     With `resume=RUN_DIR` the run continues from that directory's newest checkpoint and ends
     with the same parameters and rounds table as an uninterrupted run. `on_round` is called
     with each round's row once it is logged (outside the round's timed wall); returning True
-    stops the run after that round, as early stopping does.
+    stops the run after that round, as early stopping does. `run_dir` names the run
+    directory itself instead of a new `<out>/<name>-<time>` (it must be absent or empty):
+    sweeps give every job a directory they can find again.
     """
     ckpt = None
     if resume is not None:
-        sc, run_dir, ckpt = resolve_resume(resume, scenario, overrides)
+        sc, resume_dir, ckpt = resolve_resume(resume, scenario, overrides)
     elif scenario is None:
         raise RaymmError("run: give a scenario, or resume a run directory")
     else:
@@ -63,7 +66,9 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         sc = sc.model_copy(update={"execution": sc.execution.model_copy(
             update={"executor": executor})})
     if ckpt is None:
-        out_problem = writable_dir_problem(Path(out if out is not None else sc.output.dir))
+        parent = Path(run_dir).parent if run_dir is not None else Path(
+            out if out is not None else sc.output.dir)
+        out_problem = writable_dir_problem(parent)
         if out_problem:
             raise RaymmError(out_problem)
     ex = make_executor(sc)
@@ -73,14 +78,14 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         world = build_world(sc)      # data errors surface here, before anything is written
         ex.start(world)
         if ckpt is None:
-            writer = _new_run(sc, world, out)
+            writer = _new_run(sc, world, out, run_dir)
             first, wall_before = 1, 0.0
         else:
-            writer = reopen(sc, world, ex, ckpt, run_dir)
+            writer = reopen(sc, world, ex, ckpt, resume_dir)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
         ex.ready()  # hosts built and warmed up: round 1 is timed as a steady round
         end = drive(sc, world, ex, writer, first, wall_before, progress, on_round)
-        summary, state = finish_run(sc, world, ex, writer, end.last, end.wall)
+        summary, state = finish_run(sc, world, ex, writer, end.last, end.wall, _ended(sc, end))
     finally:
         ex.shutdown()
     if end.diverged is not None:
@@ -92,12 +97,23 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
     return RunResult(writer.path, summary, writer.rows, params)
 
 
-def _new_run(sc: Scenario, world: World, out: str | Path | None) -> RunWriter:
+def _ended(sc: Scenario, end: LoopEnd) -> str:
+    """summary.json's `ended`: whether the run is over (`completed`, early stops included),
+    can continue from its checkpoint (`interrupted`), or stopped on non-finite numbers
+    (`diverged`). A sweep re-run skips, resumes or reports the run by it."""
+    if end.diverged is not None:
+        return "diverged"
+    return "interrupted" if end.interrupted and end.last < sc.rounds else "completed"
+
+
+def _new_run(sc: Scenario, world: World, out: str | Path | None,
+             run_dir: str | Path | None = None) -> RunWriter:
     """A fresh run directory with its config, devices table and first pictures."""
-    run_dir = new_run_dir(out if out is not None else sc.output.dir, sc.name)
-    writer = RunWriter(run_dir, sc.to_dict(), sc.output.tensorboard,
+    path = named_run_dir(run_dir) if run_dir is not None else new_run_dir(
+        out if out is not None else sc.output.dir, sc.name)
+    writer = RunWriter(path, sc.to_dict(), sc.output.tensorboard,
                        budget_gib=sc.eval.budget_gib)
-    writer.add_text("scenario", "```yaml\n" + (run_dir / "config.yaml").read_text() + "```")
+    writer.add_text("scenario", "```yaml\n" + (path / "config.yaml").read_text() + "```")
     writer.write_devices(devices_table(world.population))
     writer.start_pictures(world.population, world.dataset, sc.rounds)
     return writer

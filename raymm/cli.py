@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from raymm.data_cli import add_data_parser, run_data
 from raymm.errors import Interrupted, RaymmError
 
+EXIT_FAILED = 1  # a sweep finished, but some of its runs failed
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -48,7 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
     add_data_parser(sub)
-    sw = sub.add_parser("sweep", help="run scenarios over seeds and write a comparison table")
+    sw = sub.add_parser(
+        "sweep", help="run scenarios over seeds and write a comparison table",
+        description="Run scenarios over seeds and write a comparison table. Each run gets "
+                    "the directory runs/<scenario name>-seed<seed> under --out; running the "
+                    "same command again skips finished runs, continues interrupted ones from "
+                    "their newest checkpoint (output.checkpoint_every, or Ctrl-C) and refuses a "
+                    "directory that holds a run of another configuration. A run that fails "
+                    "does not stop the others; the sweep then exits with code 1.")
     sw.add_argument("scenarios", nargs="+", help="scenario YAML files")
     sw.add_argument("--seeds", type=int, nargs="*", default=[],
                     help="seeds to run each scenario with (default: each scenario's own)")
@@ -56,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override applied to every scenario (repeatable)")
     sw.add_argument("--out", default="sweeps", help="folder for runs/ and comparison.{parquet,md}")
     sw.add_argument("--executor", choices=["serial", "ray"], default=None)
+    sw.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="run up to N runs at once, each in its own process with "
+                         "max(1, cores // N) OpenMP/BLAS threads (and as many CPUs for an "
+                         "embedded Ray); its output goes to runs/<run>.log (default: 1, one "
+                         "after the other in this process)")
     sw.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                     help="run each scenario under these methods (preset names), or 'all' for "
                          "every named method that can run on it; same data, rounds, protocol "
@@ -164,8 +177,9 @@ def _sweep(args: argparse.Namespace) -> int:
         comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
                          args.budget_gib, args.budget_from,
                          progress=not os.environ.get("RAYMM_NO_PROGRESS"),
-                         methods=args.methods)
-        print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
+                         methods=args.methods, jobs=args.jobs)
+        if comp.runs:
+            print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
     else:
         from raymm.compare import find_runs
 
@@ -174,6 +188,11 @@ def _sweep(args: argparse.Namespace) -> int:
         print(f"comparison written to {args.out}/comparison.{{parquet,md}} and "
               f"{args.out}/accuracy_vs_gib.png")
     print(comp.markdown, end="")
+    if comp.failed:
+        print(f"raymm sweep: {len(comp.failed)} run(s) failed:", file=sys.stderr)
+        for line in comp.failed:
+            print(f"  - {terminal_safe(line)}", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 

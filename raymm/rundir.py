@@ -42,6 +42,18 @@ def new_run_dir(root: str | Path, name: str) -> Path:
     return path
 
 
+def named_run_dir(path: str | Path) -> Path:
+    """`path` itself as a fresh run directory: created if absent, refused if it holds anything
+    (a run is never written over another one's files)."""
+    from raymm.errors import RaymmError
+
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    if any(d.iterdir()):
+        raise RaymmError(f"run directory {d} is not empty; a new run needs an empty one")
+    return d
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     with atomic_output(path) as f:
         f.write(data)

@@ -20,9 +20,10 @@ from raymm.rundir import GIB, RunWriter
 
 
 def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last: int,
-               wall: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Write the model files, the final devices table and pictures, and summary.json; close
-    the writer. Returns (summary, the server's final state)."""
+               wall: float, ended: str = "completed") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write the model files, the final devices table and pictures, and summary.json (with
+    `ended`: completed, interrupted or diverged); close the writer. Returns (summary, the
+    server's final state)."""
     state = ex.server_state()
     model_file.write(writer.path, sc, world.dataset, last, state["params"],
                      model_file.cluster_models(sc, world.dataset.sensors, state["aggregator"]),
@@ -30,6 +31,7 @@ def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last
     writer.write_devices(devices_table(world.population, state["obs"]))
     writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
+    summary["ended"] = ended
     if len(summary.get("phase_order", ())) > 1:
         writer.add_text("phase_order", " → ".join(summary["phase_order"]))
     writer.write_summary(summary)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ class Comparison:
     runs: list[dict[str, Any]]      # one record per run (COLUMNS)
     budget_gib: float | None
     markdown: str
+    failed: list[str] = field(default_factory=list)  # a sweep's runs that did not finish
 
 
 def run_record(run_dir: str | Path, budget_gib: float | None) -> dict[str, Any]:
@@ -193,37 +195,76 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
               overrides: Sequence[str] = (), out: str | Path = "sweeps",
               executor: str | None = None, budget_gib: float | None = None,
               budget_from: str | None = None, progress: bool = False,
-              methods: Sequence[str] | None = None) -> Comparison:
-    """Run every scenario for every seed (its own seed if `seeds` is empty), one after the
-    other, under `out/runs/`, then write the comparison table under `out/`. With `methods`
-    (names or ["all"]), every scenario runs under each method (`method_scenarios`).
+              methods: Sequence[str] | None = None, jobs: int = 1) -> Comparison:
+    """Run every scenario for every seed (its own seed if `seeds` is empty) under `out/runs/`,
+    `jobs` at a time (`raymm.sweep_exec`), then write the comparison table of the runs that
+    finished under `out/`; the ones that failed are listed in the result's `failed`. With
+    `methods` (names or ["all"]), every scenario runs under each method (`method_scenarios`).
 
-    Every scenario is validated before the first run starts, so a typo in the last one does
-    not cost the hours spent on the others.
+    Every job is validated, and its run directory `out/runs/<name>-seed<seed>` checked, before
+    the first run starts, so a typo in the last one does not cost the hours spent on the
+    others. Running the same sweep again skips finished runs and continues interrupted ones
+    from their checkpoints (`raymm.sweep_plan`).
     """
-    from raymm.api import load_scenario, run
+    from raymm.sweep_exec import run_jobs
+    from raymm.sweep_plan import action_of, plan_jobs
 
-    seed_sets = [[f"seed={s}"] for s in seeds] or [[]]
-    jobs: list[Any] = []
-    for path in scenarios:
-        if methods:
-            variants, skipped = method_scenarios(path, methods, overrides)
-            for note in skipped:
-                print(f"raymm sweep: skipping {note}")
-            jobs += variants
+    if jobs < 1:
+        raise RaymmError(f"sweep: --jobs must be at least 1, got {jobs}")
+    planned = plan_jobs(scenarios, seeds, overrides, Path(out) / "runs", methods, executor)
+    names = list(dict.fromkeys(job.scenario.name for job in planned))
+    if budget_from is not None and budget_from not in names:   # not hours later, at the table
+        raise ScenarioError([f"--budget-from: no job runs scenario {budget_from!r}; the "
+                             f"sweep's scenarios are: {', '.join(names)}"])
+    actions, refused = [], []
+    for job in planned:   # every directory checked before any run starts
+        try:
+            actions.append(action_of(job))
+        except RaymmError as exc:
+            refused.append(str(exc))
+    if refused:
+        raise RaymmError("\n".join(refused))
+    todo, failed = [], []
+    for job, action in zip(planned, actions):
+        if action == "done":
+            print(f"raymm sweep: skipping {job.label}: finished in {job.run_dir}")
+        elif action == "diverged":
+            failed.append(f"{job.label}: diverged in an earlier sweep ({job.run_dir}); not run "
+                          "again, it would diverge the same way")
         else:
-            jobs.append(path)
-    for job in jobs:
-        for extra in seed_sets:
-            load_scenario(job, [] if methods else [*overrides, *extra])
-    run_dirs = []
-    for job in jobs:
-        for extra in seed_sets:
-            # a variant already carries the overrides; seeds apply to both
-            sets = [*extra] if methods else [*overrides, *extra]
-            result = run(job, sets, out=Path(out) / "runs", executor=executor,
-                         progress=progress)
-            run_dirs.append(result.run_dir)
+            if action == "resume":
+                print(f"raymm sweep: resuming {job.label} from its checkpoint in {job.run_dir}")
+            elif action == "restart":
+                print(f"raymm sweep: restarting {job.label}: {job.run_dir} has no checkpoint")
+            todo.append((job, action))
+    ended = run_jobs(todo, jobs, progress, _Reporter(len(todo)))
+    failed += [f"{o.job.label}: {o.error}" + (f" (log: {o.log})" if o.log else "")
+               for o in ended if not o.ok]
+    ok = {o.job.run_dir for o in ended if o.ok}
+    run_dirs = [job.run_dir for job, action in zip(planned, actions)
+                if action == "done" or job.run_dir in ok]
+    if not run_dirs:
+        return Comparison([], None, "no run finished\n", failed)
     comp = compare(run_dirs, budget_gib, budget_from)
     write_comparison(comp, out)
-    return comp
+    return Comparison(comp.runs, comp.budget_gib, comp.markdown, failed)
+
+
+class _Reporter:
+    """One line per ended run: scenario, seed, final accuracy, wall time."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.count = total, 0
+
+    def __call__(self, outcome: Any) -> None:
+        self.count += 1
+        job, n = outcome.job, f"[{self.count}/{self.total}]"
+        if outcome.ok:
+            acc = json.loads((job.run_dir / "summary.json").read_text()).get("final_accuracy")
+            shown = "–" if acc is None else f"{acc:.4f}"
+            print(f"raymm sweep: {n} {job.label}: final accuracy {shown}, "
+                  f"{outcome.seconds:.1f} s", flush=True)
+        else:
+            where = f"; log: {outcome.log}" if outcome.log else ""
+            print(f"raymm sweep: {n} {job.label} FAILED after {outcome.seconds:.1f} s: "
+                  f"{outcome.error}{where}", file=sys.stderr, flush=True)
