@@ -189,7 +189,7 @@ def _sweep(args: argparse.Namespace) -> int:
               f"{args.out}/accuracy_vs_gib.png")
     print(comp.markdown, end="")
     if comp.failed:
-        print(f"raymm sweep: {len(comp.failed)} run(s) failed:", file=sys.stderr)
+        print("raymm sweep: not every run finished:", file=sys.stderr)
         for line in comp.failed:
             print(f"  - {terminal_safe(line)}", file=sys.stderr)
         return EXIT_FAILED

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,10 @@ import pyarrow.parquet as pq
 from raymm.errors import RaymmError, ScenarioError
 from raymm.metrics import acc_at_budget
 from raymm.rundir import atomic_write_bytes, atomic_write_table
+
+if TYPE_CHECKING:
+    from raymm.sweep_exec import Outcome
+    from raymm.sweep_plan import Action, Job
 
 #: per-run columns of the comparison table
 COLUMNS = ("scenario", "seed", "method", "final", "best", "acc_at_budget", "acc_at_half_budget",
@@ -207,7 +211,7 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
     from their checkpoints (`raymm.sweep_plan`).
     """
     from raymm.sweep_exec import run_jobs
-    from raymm.sweep_plan import action_of, plan_jobs
+    from raymm.sweep_plan import actions_of, plan_jobs
 
     if jobs < 1:
         raise RaymmError(f"sweep: --jobs must be at least 1, got {jobs}")
@@ -216,15 +220,31 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
     if budget_from is not None and budget_from not in names:   # not hours later, at the table
         raise ScenarioError([f"--budget-from: no job runs scenario {budget_from!r}; the "
                              f"sweep's scenarios are: {', '.join(names)}"])
-    actions, refused = [], []
-    for job in planned:   # every directory checked before any run starts
-        try:
-            actions.append(action_of(job))
-        except RaymmError as exc:
-            refused.append(str(exc))
-    if refused:
-        raise RaymmError("\n".join(refused))
-    todo, failed = [], []
+    actions = actions_of(planned)
+    todo, failed = _announce(planned, actions)
+    ended = run_jobs(todo, jobs, progress, _Reporter(len(todo)))
+    failed += [f"{o.job.label}: {o.error}" + (f" (log: {o.log})" if o.log else "")
+               for o in ended if not o.ok]
+    ok = {o.job.run_dir for o in ended if o.ok}
+    finished = [job for job, action in zip(planned, actions)
+                if action == "done" or job.run_dir in ok]
+    if not finished:
+        return Comparison([], None, "no run finished\n", failed)
+    if budget_from is not None and all(j.scenario.name != budget_from for j in finished):
+        failed.append(f"--budget-from {budget_from}: none of its runs finished, so the table "
+                      "has no Acc@B")
+        budget_from = None
+    comp = compare([job.run_dir for job in finished], budget_gib, budget_from)
+    write_comparison(comp, out)
+    return Comparison(comp.runs, comp.budget_gib, comp.markdown, failed)
+
+
+def _announce(planned: Sequence[Job], actions: Sequence[Action]
+              ) -> tuple[list[tuple[Job, Action]], list[str]]:
+    """Say what each job's directory asks for; (the jobs to run, the failures already known:
+    runs that diverged in an earlier sweep)."""
+    todo: list[tuple[Job, Action]] = []
+    failed: list[str] = []
     for job, action in zip(planned, actions):
         if action == "done":
             print(f"raymm sweep: skipping {job.label}: finished in {job.run_dir}")
@@ -237,17 +257,7 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
             elif action == "restart":
                 print(f"raymm sweep: restarting {job.label}: {job.run_dir} has no checkpoint")
             todo.append((job, action))
-    ended = run_jobs(todo, jobs, progress, _Reporter(len(todo)))
-    failed += [f"{o.job.label}: {o.error}" + (f" (log: {o.log})" if o.log else "")
-               for o in ended if not o.ok]
-    ok = {o.job.run_dir for o in ended if o.ok}
-    run_dirs = [job.run_dir for job, action in zip(planned, actions)
-                if action == "done" or job.run_dir in ok]
-    if not run_dirs:
-        return Comparison([], None, "no run finished\n", failed)
-    comp = compare(run_dirs, budget_gib, budget_from)
-    write_comparison(comp, out)
-    return Comparison(comp.runs, comp.budget_gib, comp.markdown, failed)
+    return todo, failed
 
 
 class _Reporter:
@@ -256,7 +266,7 @@ class _Reporter:
     def __init__(self, total: int) -> None:
         self.total, self.count = total, 0
 
-    def __call__(self, outcome: Any) -> None:
+    def __call__(self, outcome: Outcome) -> None:
         self.count += 1
         job, n = outcome.job, f"[{self.count}/{self.total}]"
         if outcome.ok:

@@ -146,9 +146,17 @@ class _ChildPool:
                 proc.send_signal(signal.SIGINT)
 
     def run_child(self, job: Job, action: Action) -> Outcome:
+        """The job in a child process; anything that goes wrong on this side (a log that
+        cannot be written) is the job's failure too, not the sweep's."""
         if self.stopping.is_set():
             return Outcome(job, 0.0, "not started: the sweep was interrupted")
         t0 = time.perf_counter()
+        try:
+            return self._child(job, action, t0)
+        except Exception as exc:
+            return Outcome(job, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}")
+
+    def _child(self, job: Job, action: Action, t0: float) -> Outcome:
         if action == "restart":
             shutil.rmtree(job.run_dir)
         job.log.parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +169,8 @@ class _ChildPool:
                                     env=self.child_env(), start_new_session=True)
             with self.lock:
                 self.running.add(proc)
+                if self.stopping.is_set():   # started while `stop` was signalling the others
+                    proc.send_signal(signal.SIGINT)
             try:
                 proc.communicate(child_input(job, action, self.threads))
             finally:

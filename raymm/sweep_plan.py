@@ -81,6 +81,19 @@ def plan_jobs(scenarios: Sequence[str | Path], seeds: Sequence[int], overrides: 
     return jobs
 
 
+def actions_of(jobs: Sequence[Job]) -> list[Action]:
+    """`action_of` every job; the refusals of all of them in one RaymmError."""
+    actions, refused = [], []
+    for job in jobs:
+        try:
+            actions.append(action_of(job))
+        except RaymmError as exc:
+            refused.append(str(exc))
+    if refused:
+        raise RaymmError("\n".join(refused))
+    return actions
+
+
 def action_of(job: Job) -> Action:
     """What the job's run directory asks for. Raises RaymmError (naming the directory) when it
     holds something other than a run of this job's scenario: another configuration, or files

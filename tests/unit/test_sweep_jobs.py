@@ -76,11 +76,12 @@ def one_by_one(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def parallel(tmp_path_factory) -> tuple[Path, int, str, str]:
     """`tiny` and `bad` (a learning rate that passes validation and diverges in round 1) for
-    two seeds, two runs at a time: (sweep folder, exit code, stdout, stderr)."""
+    two seeds, two runs at a time, B from `bad`'s runs: (sweep folder, exit code, stdout,
+    stderr)."""
     folder = tmp_path_factory.mktemp("parallel")
     bad = tiny_file(folder, name="bad", **{"training.lr": 1e30})
     code, out, err = sweep(str(tiny_file(folder)), str(bad), "--seeds", *map(str, SEEDS),
-                           "--jobs", "2", "--out", str(folder / "sw"))
+                           "--jobs", "2", "--budget-from", "bad", "--out", str(folder / "sw"))
     return folder / "sw", code, out, err
 
 
@@ -104,10 +105,12 @@ def test_a_failing_run_is_reported_and_the_others_finish(parallel) -> None:
         log = sw / "runs" / f"bad-seed{seed}.log"
         assert f"bad seed {seed} FAILED" in err and f"log: {log}" in err
         assert "training diverged" in log.read_text()
-    assert "2 run(s) failed:" in err
+    # the table of the runs that finished, without the B that only the failed ones could give
+    assert "--budget-from bad: none of its runs finished, so the table has no Acc@B" in err
     table = pd.read_parquet(sw / "comparison.parquet")
     assert sorted(table["run_dir"]) == [str(sw / "runs" / f"tiny-seed{s}") for s in SEEDS]
-    assert "| tiny | 2 |" in (sw / "comparison.md").read_text()
+    md = (sw / "comparison.md").read_text()
+    assert md.startswith("B not set") and "| tiny | 2 |" in md
 
 
 def test_a_diverged_run_is_reported_again_not_rerun(parallel, monkeypatch) -> None:
