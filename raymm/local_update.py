@@ -6,9 +6,13 @@ optimizer step, for one device or, under `torch.func.vmap`, for many in lock-ste
 stacked along a leading device axis. Both build a `LocalUpdate`, feed `LocalUpdate.run` their
 minibatches (`Batch`: drawing and padding them is each path's own business) and a gradient
 function made by the update itself: `one_device` differentiates the loss with
-`torch.autograd.grad` (a parameter the loss does not use gets no gradient and no step, as in
-`torch.optim`), `many_devices` with `vmap(grad_and_value(loss))`. Everything else -- the
-forward pass with the given parameters, the objective's loss, the gradient sums of
+`torch.autograd.grad`; `many_devices` runs the loss under `vmap` (one loss per device) and
+takes one `torch.autograd.grad` of their sum -- devices share no parameters, so its gradient
+with respect to a device's stacked parameters is that device's own gradient, and one plain
+reverse pass through the batched operations costs far less than `vmap(grad(loss))`, whose
+per-operation transform was most of a step's time at these model sizes. On both paths a
+parameter the loss does not use gets no gradient and no step, as in `torch.optim`. Everything
+else -- the forward pass with the given parameters, the objective's loss, the gradient sums of
 `needs_grad_mean`, the optimizer -- is the same code on both paths.
 
 `FunctionalOptimizer` is `torch.optim.SGD` (momentum, L2 weight decay; no dampening, no
@@ -19,7 +23,7 @@ so the same call on stacked [G, ...] tensors is what `vmap` over devices would c
 lock-step path calls it on the stacks directly.
 
 What an objective must provide to train in lock-step (it opts in with `vectorisable = True`):
-  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and `grad`:
+  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and autograd:
     no `.item()`/`float()`, no Python branches on tensor values, no in-place updates of inputs,
     no random draws inside the loss (draw in `augment`);
   * every reduction over samples honours `inp.weight` (float [B]; None on the sequential path):
@@ -30,7 +34,7 @@ What an objective must provide to train in lock-step (it opts in with `vectorisa
     device) and `inp.round`. Inside the loss, `inp.trainable[name]`, `inp.anchor[name]`,
     `inp.y`, `inp.present` and `inp.out` are one device's unbatched views;
   * the module's forward reads its parameters as attributes (what `ModuleCall` replaces), and
-    uses `.detach()` (or `torch.no_grad()`, which `grad` respects) for stop-gradients.
+    uses `.detach()` (or `torch.no_grad()`) for stop-gradients.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.func import grad_and_value, vmap
+from torch.func import vmap
 
 from raymm.config import TrainingSpec
 from raymm.policy import LossInputs, Objective
@@ -222,11 +226,14 @@ class LocalUpdate:
         along the device axis; `shared` (untrained, the same for all) is not."""
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch)
-        batched = vmap(grad_and_value(one))
+        losses_of = vmap(one)
 
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
-            gs, loss = batched(params, anchor, frozen, local, batch)
-            return loss.detach(), gs
+            # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
+            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            loss = losses_of(leaves, anchor, frozen, local, batch)
+            gs = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
+            return loss.detach(), dict(zip(leaves, gs))
         return grads
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn

@@ -6,7 +6,8 @@ that is Python-level structure -- the sensor set (hence the held sensors, the gr
 which inputs are all-zero) and the number of optimizer steps per epoch -- and each bucket runs
 as one program. Trainable parameters are stacked along a leading device axis and the bucket runs
 the very local update the sequential path runs (`raymm.local_update`: the same loss, minibatch
-loop and optimizer), its gradients taken with `vmap(grad_and_value(loss))` over the devices.
+loop and optimizer), the loss vmapped over the devices and differentiated by one reverse pass
+of their sum.
 The last minibatch of an epoch is shorter for some devices than for others: it is padded to the
 batch size, and `LossInputs.weight` marks real rows 1 and padding 0. Minibatch order,
 augmentation draws and everything else random come from the same per-device streams as the
@@ -36,7 +37,7 @@ then stays one shared tensor. The objective's per-device hooks run as on the seq
 and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
 device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
-(or `torch.no_grad()`, which `grad` respects) for stop-gradients such as MCFT's frozen features.
+(or `torch.no_grad()`) for stop-gradients such as MCFT's frozen features.
 
 Falls back to the sequential path, with the reason logged (once per host), when the objective
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
@@ -344,7 +345,10 @@ class VectorisedTrainer:
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
                 for grp in groups + ([LOCAL] if use_adapter else [])}
         steps = losses.shape[1]
-        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1)
+        # a parameter the loss did not use has no gradient sum: zeros, as the sequential path
+        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1) if s.name in grad_sum
+                                        else torch.zeros(g, s.stop - s.start,
+                                                         device=losses.device)
                                         for s in self.layout.slots[grp]], 1) / steps
                              ).cpu().numpy().astype(np.float32) for grp in groups}
                       if grad_sum is not None and steps else None)

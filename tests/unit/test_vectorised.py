@@ -202,3 +202,30 @@ def test_precomputed_trainer_has_what_the_host_reads():
     assert isinstance(pre, _PrecomputedTrainer)
     missing = [a for a in sorted(read) if not hasattr(pre, a)]
     assert not missing, f"_PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
+
+
+class _HeadUnused(Objective):
+    """A loss of the fused representation alone: the task head gets no gradient."""
+
+    uses_adapter = False
+    vectorisable = True
+
+    def loss(self, inp: LossInputs) -> torch.Tensor:
+        return sample_mean(inp.out.z.pow(2).sum(1), inp.weight)
+
+
+def test_a_parameter_the_loss_does_not_use_takes_no_step_on_either_path():
+    """With weight decay and momentum a zero gradient would still move it (torch.optim skips
+    a parameter without gradient, and so do both paths)."""
+    seq, vec, plan, bcast = host_round({"weight_decay": 0.1, "momentum": 0.9, "batch_size": 7},
+                                       objective=_HeadUnused())
+    a, b = seq.train(plan, bcast), vec.train(plan, bcast)
+    head = [s for s in vec.vec.layout.slots["shared"] if s.name.startswith("head.")]
+    assert head
+    for res in (a, b):
+        for s in head:
+            start = bcast.params["shared"][s.start:s.stop]
+            assert np.array_equal(res.updates["shared"][:, s.start:s.stop],
+                                  np.broadcast_to(start, (len(res.updates["shared"]),
+                                                          start.size)))
+    np.testing.assert_allclose(b.updates["shared"], a.updates["shared"], atol=TOL)
