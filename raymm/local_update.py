@@ -227,11 +227,16 @@ class LocalUpdate:
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch)
         losses_of = vmap(one)
+        stacked = (anchor, frozen, local)
+        rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
 
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
             # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
             leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-            loss = losses_of(leaves, anchor, frozen, local, batch)
+            k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
+            if k not in rows:
+                rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
+            loss = losses_of(leaves, *rows[k], batch)
             gs = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
             return loss.detach(), dict(zip(leaves, gs))
         return grads
@@ -247,15 +252,66 @@ class LocalUpdate:
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
             grad_sum: bool = False) -> UpdateResult:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
-        builds its optimizer anew every round)."""
+        builds its optimizer anew every round).
+
+        In lock-step, a minibatch may be for fewer devices than `params` holds: for its first
+        k (a bucket is ordered by steps per epoch, most first, so the devices with a minibatch
+        in a step are always a prefix). The others are set aside untouched -- parameters,
+        optimizer state, gradient sums -- and rejoin when a later minibatch (the next epoch's)
+        is for them again, and at the end: a device's numbers are those of its own steps only.
+        """
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
         losses = []
+        aside = _SetAside()
         for batch in batches:
+            if batch.weight is not None:
+                params, state, sums = aside.resize(batch.weight.shape[0], params, state, sums)
             params, state, loss, grads = self.step(params, state, batch, grads_of)
             if sums is not None:
                 for name, g in grads.items():
                     if g is not None:
                         sums[name] = sums[name] + g if name in sums else g
             losses.append(loss)
+        params, state, sums = aside.resize(None, params, state, sums)
         return UpdateResult(params, losses, sums)
+
+
+class _SetAside:
+    """The trailing devices of a lock-step bucket that have no minibatch in the current step,
+    kept aside as they were (parameters, optimizer moments and buffers, gradient sums), the
+    most recently set aside last."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Params, ...]] = []
+
+    def resize(self, k: int | None, params: Params, state: OptimizerState,
+               sums: Params | None) -> tuple[Params, OptimizerState, Params | None]:
+        """Parameters, state and sums of the first k devices (None: of all of them again)."""
+        if k is None and not self.parts:
+            return params, state, sums
+        n = next(iter(params.values())).shape[0]
+        trees: tuple[Params, ...] = (params, state.m, state.v, state.buf, sums or {})
+        if k is not None and k < n:   # devices k.. have no minibatch now
+            self.parts.append(tuple({a: t[k:] for a, t in d.items()} for d in trees))
+            trees = tuple({a: t[:k] for a, t in d.items()} for d in trees)
+        elif self.parts and (k is None or k > n):
+            if state.m and k is not None:
+                # Adam's bias correction is one step count per parameter: devices that
+                # skipped steps would need their own (buckets under Adam then share steps)
+                raise ValueError("devices set aside cannot rejoin an Adam update")
+            while self.parts and (k is None or n < k):
+                part = self.parts.pop()
+                n += next(iter(part[0].values())).shape[0]
+                trees = tuple(_join(d, e) for d, e in zip(trees, part))
+        else:
+            return params, state, sums
+        params, m, v, buf, got = trees
+        return params, OptimizerState(state.steps, m, v, buf), None if sums is None else got
+
+
+def _join(first: Params, rest: Params) -> Params:
+    """Rows of the same parameters, one after the other (both must hold the same names)."""
+    if first.keys() != rest.keys():
+        raise ValueError("devices set aside hold other state than those rejoining them")
+    return {a: torch.cat([t, rest[a]]) for a, t in first.items()}
