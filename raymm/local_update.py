@@ -300,18 +300,19 @@ class _SetAside:
                 # Adam's bias correction is one step count per parameter: devices that
                 # skipped steps would need their own (buckets under Adam then share steps)
                 raise ValueError("devices set aside cannot rejoin an Adam update")
+            back = []
             while self.parts and (k is None or n < k):
-                part = self.parts.pop()
-                n += next(iter(part[0].values())).shape[0]
-                trees = tuple(_join(d, e) for d, e in zip(trees, part))
+                back.append(self.parts.pop())
+                n += next(iter(back[-1][0].values())).shape[0]
+            trees = tuple(_join([d, *(part[i] for part in back)]) for i, d in enumerate(trees))
         else:
             return params, state, sums
         params, m, v, buf, got = trees
         return params, OptimizerState(state.steps, m, v, buf), None if sums is None else got
 
 
-def _join(first: Params, rest: Params) -> Params:
-    """Rows of the same parameters, one after the other (both must hold the same names)."""
-    if first.keys() != rest.keys():
+def _join(pieces: list[Params]) -> Params:
+    """Rows of the same parameters, one piece after the other (one copy per parameter)."""
+    if any(p.keys() != pieces[0].keys() for p in pieces):
         raise ValueError("devices set aside hold other state than those rejoining them")
-    return {a: torch.cat([t, rest[a]]) for a, t in first.items()}
+    return {a: torch.cat([p[a] for p in pieces]) for a in pieces[0]}
