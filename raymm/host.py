@@ -184,8 +184,9 @@ class DeviceHost:
             updates=rows, senders=positions, partials=partials,
             extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
             failed=np.array(failed, np.int64), errors=tuple(errors),
-            states={int(d): rec for d in ids
-                    if (rec := self.state_of(int(d)).to_record()) is not None})
+            # `_keep` holds non-empty states only, and their records are never None
+            states={d: st.to_record() for d in ids.tolist()
+                    if (st := self.states.get(d)) is not None})
 
     def _presum(self, ids: np.ndarray, n: np.ndarray, rows: dict[str, np.ndarray],
                 positions: dict[str, np.ndarray]) -> dict[str, Partials]:

@@ -6,9 +6,13 @@ optimizer step, for one device or, under `torch.func.vmap`, for many in lock-ste
 stacked along a leading device axis. Both build a `LocalUpdate`, feed `LocalUpdate.run` their
 minibatches (`Batch`: drawing and padding them is each path's own business) and a gradient
 function made by the update itself: `one_device` differentiates the loss with
-`torch.autograd.grad` (a parameter the loss does not use gets no gradient and no step, as in
-`torch.optim`), `many_devices` with `vmap(grad_and_value(loss))`. Everything else -- the
-forward pass with the given parameters, the objective's loss, the gradient sums of
+`torch.autograd.grad`; `many_devices` runs the loss under `vmap` (one loss per device) and
+takes one `torch.autograd.grad` of their sum -- devices share no parameters, so its gradient
+with respect to a device's stacked parameters is that device's own gradient, and one plain
+reverse pass through the batched operations costs far less than `vmap(grad(loss))`, whose
+per-operation transform was most of a step's time at these model sizes. On both paths a
+parameter the loss does not use gets no gradient and no step, as in `torch.optim`. Everything
+else -- the forward pass with the given parameters, the objective's loss, the gradient sums of
 `needs_grad_mean`, the optimizer -- is the same code on both paths.
 
 `FunctionalOptimizer` is `torch.optim.SGD` (momentum, L2 weight decay; no dampening, no
@@ -19,7 +23,7 @@ so the same call on stacked [G, ...] tensors is what `vmap` over devices would c
 lock-step path calls it on the stacks directly.
 
 What an objective must provide to train in lock-step (it opts in with `vectorisable = True`):
-  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and `grad`:
+  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and autograd:
     no `.item()`/`float()`, no Python branches on tensor values, no in-place updates of inputs,
     no random draws inside the loss (draw in `augment`);
   * every reduction over samples honours `inp.weight` (float [B]; None on the sequential path):
@@ -30,7 +34,7 @@ What an objective must provide to train in lock-step (it opts in with `vectorisa
     device) and `inp.round`. Inside the loss, `inp.trainable[name]`, `inp.anchor[name]`,
     `inp.y`, `inp.present` and `inp.out` are one device's unbatched views;
   * the module's forward reads its parameters as attributes (what `ModuleCall` replaces), and
-    uses `.detach()` (or `torch.no_grad()`, which `grad` respects) for stop-gradients.
+    uses `.detach()` (or `torch.no_grad()`) for stop-gradients.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.func import grad_and_value, vmap
+from torch.func import vmap
 
 from raymm.config import TrainingSpec
 from raymm.policy import LossInputs, Objective
@@ -222,11 +226,19 @@ class LocalUpdate:
         along the device axis; `shared` (untrained, the same for all) is not."""
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch)
-        batched = vmap(grad_and_value(one))
+        losses_of = vmap(one)
+        stacked = (anchor, frozen, local)
+        rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
 
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
-            gs, loss = batched(params, anchor, frozen, local, batch)
-            return loss.detach(), gs
+            # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
+            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
+            if k not in rows:
+                rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
+            loss = losses_of(leaves, *rows[k], batch)
+            gs = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
+            return loss.detach(), dict(zip(leaves, gs))
         return grads
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn
@@ -240,15 +252,67 @@ class LocalUpdate:
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
             grad_sum: bool = False) -> UpdateResult:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
-        builds its optimizer anew every round)."""
+        builds its optimizer anew every round).
+
+        In lock-step, a minibatch may be for fewer devices than `params` holds: for its first
+        k (a bucket is ordered by steps per epoch, most first, so the devices with a minibatch
+        in a step are always a prefix). The others are set aside untouched -- parameters,
+        optimizer state, gradient sums -- and rejoin when a later minibatch (the next epoch's)
+        is for them again, and at the end: a device's numbers are those of its own steps only.
+        """
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
         losses = []
+        aside = _SetAside()
         for batch in batches:
+            if batch.weight is not None:
+                params, state, sums = aside.resize(batch.weight.shape[0], params, state, sums)
             params, state, loss, grads = self.step(params, state, batch, grads_of)
             if sums is not None:
                 for name, g in grads.items():
                     if g is not None:
                         sums[name] = sums[name] + g if name in sums else g
             losses.append(loss)
+        params, state, sums = aside.resize(None, params, state, sums)
         return UpdateResult(params, losses, sums)
+
+
+class _SetAside:
+    """The trailing devices of a lock-step bucket that have no minibatch in the current step,
+    kept aside as they were (parameters, optimizer moments and buffers, gradient sums), the
+    most recently set aside last."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Params, ...]] = []
+
+    def resize(self, k: int | None, params: Params, state: OptimizerState,
+               sums: Params | None) -> tuple[Params, OptimizerState, Params | None]:
+        """Parameters, state and sums of the first k devices (None: of all of them again)."""
+        if k is None and not self.parts:
+            return params, state, sums
+        n = next(iter(params.values())).shape[0]
+        trees: tuple[Params, ...] = (params, state.m, state.v, state.buf, sums or {})
+        if k is not None and k < n:   # devices k.. have no minibatch now
+            self.parts.append(tuple({a: t[k:] for a, t in d.items()} for d in trees))
+            trees = tuple({a: t[:k] for a, t in d.items()} for d in trees)
+        elif self.parts and (k is None or k > n):
+            if state.m and k is not None:
+                # Adam's bias correction is one step count per parameter: devices that
+                # skipped steps would need their own (buckets under Adam then share steps)
+                raise ValueError("devices set aside cannot rejoin an Adam update")
+            back = []
+            while self.parts and (k is None or n < k):
+                back.append(self.parts.pop())
+                n += next(iter(back[-1][0].values())).shape[0]
+            trees = tuple(_join([d, *(part[i] for part in back)]) for i, d in enumerate(trees))
+        else:
+            return params, state, sums
+        params, m, v, buf, got = trees
+        return params, OptimizerState(state.steps, m, v, buf), None if sums is None else got
+
+
+def _join(pieces: list[Params]) -> Params:
+    """Rows of the same parameters, one piece after the other (one copy per parameter)."""
+    if any(p.keys() != pieces[0].keys() for p in pieces):
+        raise ValueError("devices set aside hold other state than those rejoining them")
+    return {a: torch.cat([p[a] for p in pieces]) for a in pieces[0]}

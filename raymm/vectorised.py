@@ -3,14 +3,23 @@
 `raymm.local.LocalTrainer` trains one device after another and stays the reference. Here a host
 trains its selected devices together: devices are grouped into *buckets* that share everything
 that is Python-level structure -- the sensor set (hence the held sensors, the groups trained and
-which inputs are all-zero) and the number of optimizer steps per epoch -- and each bucket runs
-as one program. Trainable parameters are stacked along a leading device axis and the bucket runs
-the very local update the sequential path runs (`raymm.local_update`: the same loss, minibatch
-loop and optimizer), its gradients taken with `vmap(grad_and_value(loss))` over the devices.
-The last minibatch of an epoch is shorter for some devices than for others: it is padded to the
-batch size, and `LossInputs.weight` marks real rows 1 and padding 0. Minibatch order,
-augmentation draws and everything else random come from the same per-device streams as the
-sequential path.
+which inputs are all-zero) -- and each bucket runs as one program. Trainable parameters are
+stacked along a leading device axis and the bucket runs the very local update the sequential
+path runs (`raymm.local_update`: the same loss, minibatch loop and optimizer), the loss vmapped
+over the devices and differentiated by one reverse pass of their sum.
+
+Devices of a bucket may take different numbers of steps per epoch. A bucket is ordered by steps
+per epoch, most first, so the devices that have a minibatch in step s of an epoch are a prefix
+of it: step s runs on that prefix only, and the devices after it are set aside as they are
+(parameters, optimizer state, gradient sums) until the next epoch or the end -- a device takes
+exactly its own steps and no others, so nothing is computed for devices without a minibatch,
+and a bucket's step count is that of its longest device rather than one program per distinct
+step count. Adam's bias correction is one step count per parameter, so under Adam with several
+epochs (where a device set aside would rejoin having skipped steps) the bucket key also holds
+the steps per epoch. The last minibatch of an epoch is shorter for some devices than for others:
+it is padded to the batch size, and `LossInputs.weight` marks real rows 1 and padding 0.
+Minibatch order, augmentation draws and everything else random come from the same per-device
+streams as the sequential path.
 
 Agreement with the sequential path: the same updates up to float32 rounding (batched matmuls
 and weighted means sum in a different order); `tests/unit/test_vectorised.py` holds it to an
@@ -36,7 +45,7 @@ then stays one shared tensor. The objective's per-device hooks run as on the seq
 and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
 device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
-(or `torch.no_grad()`, which `grad` respects) for stop-gradients such as MCFT's frozen features.
+(or `torch.no_grad()`) for stop-gradients such as MCFT's frozen features.
 
 Falls back to the sequential path, with the reason logged (once per host), when the objective
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
@@ -136,12 +145,20 @@ class VectorisedTrainer:
         return out
 
     def _buckets(self, requests: list[Request]) -> list[list[Request]]:
-        bs = self.base.training.batch_size
-        buckets: dict[tuple[Any, ...], list[Request]] = {}
+        """Devices that share held sensors and trained groups, most steps per epoch first
+        (then by id). Under Adam with several epochs, also the same steps per epoch: a device
+        that skipped a step would need a bias correction of its own when it rejoins. A device
+        without samples is left out (the sequential path trains it)."""
+        t = self.base.training
+        split = t.optimizer == "adam" and t.local_epochs > 1
+        buckets: dict[tuple[Any, ...], list[tuple[int, int, Request]]] = {}
         for r in requests:
-            key = (r.held.tobytes(), r.groups, -(-r.indices.shape[0] // bs))
-            buckets.setdefault(key, []).append(r)
-        return [sorted(b, key=lambda r: r.device) for _, b in sorted(buckets.items())]
+            steps = -(-r.indices.shape[0] // t.batch_size)
+            if steps:
+                key = (r.held.tobytes(), r.groups, steps if split else 0)
+                buckets.setdefault(key, []).append((-steps, r.device, r))
+        return [[r for *_, r in sorted(b, key=lambda e: e[:2])]
+                for _, b in sorted(buckets.items())]
 
     # --- one lock-step program ------------------------------------------------------------
     def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
@@ -166,7 +183,10 @@ class VectorisedTrainer:
                                                            "data_augment"))
                     if data_aug is not None else [])
         sizes = np.array([r.indices.shape[0] for r in reqs])
-        steps = -(-int(sizes[0]) // t.batch_size)
+        own_steps = -(-sizes // t.batch_size)            # per epoch; most first (`_buckets`)
+        steps = int(own_steps[0])
+        # how many devices (a prefix) have a minibatch in each step of an epoch
+        training = (own_steps[None, :] > np.arange(steps)[:, None]).sum(1).tolist()
         weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
@@ -184,21 +204,26 @@ class VectorisedTrainer:
                 # [G, steps, B] rows of the split
                 rows = all_rows[epoch] if not gens else \
                     self._epoch_rows(reqs, gens, sizes, steps)
-                for s in range(steps):
-                    xb, present = self._inputs(rows[:, s], held, held_t)
-                    y = base.train_y.index_select(0, rows[:, s].reshape(-1)).view(len(reqs), -1)
+                for s, k in enumerate(training):
+                    xb, present = self._inputs(rows[:k, s], held, held_t)
+                    y = base.train_y.index_select(0, rows[:k, s].reshape(-1)).view(k, -1)
                     if augment is not None or data_aug is not None:
                         xb, present = self._augment(augment, data_aug, xb, present,
-                                                    weight[:, s], held_names, gens, aug_gens)
-                    yield Batch(xb, y, present, weight[:, s])
+                                                    weight[:k, s], held_names, gens[:k],
+                                                    aug_gens[:k])
+                    yield Batch(xb, y, present, weight[:k, s])
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
         done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                  local_t),
                           grad_sum=self.objective.needs_grad_mean)
-        return self._outcomes(reqs, sources, groups, done.params, torch.stack(done.losses, 1),
-                              use_adapter, done.grad_sum, rnd)
+        losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
+                             device=base.device)
+        for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
+            losses[:len(loss), i] = loss
+        return self._outcomes(reqs, sources, groups, done.params, losses,
+                              own_steps * t.local_epochs, use_adapter, done.grad_sum, rnd)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -337,18 +362,25 @@ class VectorisedTrainer:
         return {m: torch.stack(v) for m, v in xs.items()}, torch.stack(ps)
 
     def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
-                  groups: list[str], params: Params, losses: Tensor, use_adapter: bool,
-                  grad_sum: Params | None, rnd: int) -> dict[int, DeviceOutcome]:
+                  groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
+                  use_adapter: bool, grad_sum: Params | None, rnd: int
+                  ) -> dict[int, DeviceOutcome]:
+        """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
+        `steps`: the optimizer steps each device took."""
         g = len(reqs)
         flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
                                 for s in self.layout.slots[grp]], 1).cpu().numpy()
                 for grp in groups + ([LOCAL] if use_adapter else [])}
-        steps = losses.shape[1]
-        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1)
-                                        for s in self.layout.slots[grp]], 1) / steps
-                             ).cpu().numpy().astype(np.float32) for grp in groups}
-                      if grad_sum is not None and steps else None)
-        mean_loss = losses.double().mean(1).cpu().numpy()
+        steps_t = torch.from_numpy(steps).to(losses.device)
+        # a parameter the loss did not use has no gradient sum: zeros, as the sequential path
+        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1) if s.name in grad_sum
+                                        else torch.zeros(g, s.stop - s.start,
+                                                         device=losses.device)
+                                        for s in self.layout.slots[grp]], 1)
+                             / steps_t[:, None].float()).cpu().numpy().astype(np.float32)
+                       for grp in groups}
+                      if grad_sum is not None else None)
+        mean_loss = (losses.sum(1) / steps_t).cpu().numpy()
         objective = self.objective
         # the defaults report and keep nothing: skip reloading the module and copying vectors
         report = objective.device_extras if objective.overrides(Objective.device_extras) \
@@ -368,7 +400,7 @@ class VectorisedTrainer:
                 before = {grp: np.array(sources[i][grp], dtype=np.float32) for grp in groups}
                 new_state, sent = objective.device_finish(DeviceFinish(
                     r.device, rnd, tuple(groups), before, updates, r.state or {},
-                    dict(self.bcast_extras), steps, self.base.training.lr,
+                    dict(self.bcast_extras), int(steps[i]), self.base.training.lr,
                     {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
                     self.upload))
                 extras = {**extras, **sent}

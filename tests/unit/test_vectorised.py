@@ -42,7 +42,11 @@ def _out_dir(tmp_path, monkeypatch):
      "training.weight_decay": 0.01},                              # FedProx, momentum, decay
     {"training.optimizer": "adam", "training.lr": 0.01, "training.local_epochs": 2},
     {"training.upload": "held", "training.batch_size": 7},       # pod-wise, many padded batches
-], ids=["ce", "fedprox-momentum", "adam-2-epochs", "held-batch7"])
+    # devices of a bucket with 3-6 steps per epoch: those set aside rejoin in epoch 2
+    {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
+    {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7},
+], ids=["ce", "fedprox-momentum", "adam-2-epochs", "held-batch7", "momentum-2-epochs-batch7",
+        "adam-batch7"])
 def test_vectorised_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "training.vectorise": False})
     vec, vec_rows = _params({**extra, "training.vectorise": True})
@@ -53,8 +57,15 @@ def test_vectorised_matches_sequential(extra):
                                [r["train_loss"] for r in seq_rows], atol=TOL)
 
 
-def test_packing_and_chunking_do_not_change_vectorised_results():
-    base = {"training.vectorise": True, "selection.k": 8, "rounds": 3}
+@pytest.mark.parametrize("extra", [
+    {},
+    {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
+    {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7},
+], ids=["ce", "momentum-2-epochs-batch7", "adam-batch7"])
+def test_packing_and_chunking_do_not_change_vectorised_results(extra):
+    """Chunks of one device train each device alone; a device's numbers must not depend on
+    the devices (with other step counts, set aside and rejoining) it shares a program with."""
+    base = {"training.vectorise": True, "selection.k": 8, "rounds": 3, **extra}
     ref, _ = _params(base)
     for per, chunk in [(1, 512), (5, 2), (3, 1)]:
         got, _ = _params({**base, "execution.devices_per_actor": per,
@@ -72,8 +83,10 @@ def test_every_selected_device_is_trained_in_lock_step():
         original(reqs, *a)
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     assert sorted(d for c in calls for d in c) == plan.selected.tolist()
-    # three tiers x (one or two step counts): several buckets, each device in exactly one
-    assert len(calls) >= 3
+    # one bucket per tier, each device in exactly one, whatever its steps per epoch
+    tier = {d: vec.pop.sensor_mask[d].tobytes() for d in plan.selected.tolist()}
+    assert len(calls) == len(set(tier.values())) == 3
+    assert all(len({tier[d] for d in c}) == 1 for c in calls)
     assert a.device_ids.tolist() == b.device_ids.tolist() == plan.selected.tolist()
     for g in a.updates:
         np.testing.assert_allclose(b.updates[g], a.updates[g], atol=TOL)
@@ -202,3 +215,63 @@ def test_precomputed_trainer_has_what_the_host_reads():
     assert isinstance(pre, _PrecomputedTrainer)
     missing = [a for a in sorted(read) if not hasattr(pre, a)]
     assert not missing, f"_PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
+
+
+class _HeadUnused(Objective):
+    """A loss of the fused representation alone: the task head gets no gradient."""
+
+    uses_adapter = False
+    vectorisable = True
+
+    def loss(self, inp: LossInputs) -> torch.Tensor:
+        return sample_mean(inp.out.z.pow(2).sum(1), inp.weight)
+
+
+def test_a_parameter_the_loss_does_not_use_takes_no_step_on_either_path():
+    """With weight decay and momentum a zero gradient would still move it (torch.optim skips
+    a parameter without gradient, and so do both paths)."""
+    seq, vec, plan, bcast = host_round({"weight_decay": 0.1, "momentum": 0.9, "batch_size": 7},
+                                       objective=_HeadUnused())
+    a, b = seq.train(plan, bcast), vec.train(plan, bcast)
+    head = [s for s in vec.vec.layout.slots["shared"] if s.name.startswith("head.")]
+    assert head
+    for res in (a, b):
+        for s in head:
+            start = bcast.params["shared"][s.start:s.stop]
+            assert np.array_equal(res.updates["shared"][:, s.start:s.stop],
+                                  np.broadcast_to(start, (len(res.updates["shared"]),
+                                                          start.size)))
+    np.testing.assert_allclose(b.updates["shared"], a.updates["shared"], atol=TOL)
+
+
+class _GradMean(Objective):
+    """Reports what `device_finish` sees: the steps taken and the mean gradients."""
+
+    uses_adapter = False
+    vectorisable = True
+    needs_grad_mean = True
+
+    def loss(self, inp: LossInputs) -> torch.Tensor:
+        return sample_mean(F.cross_entropy(inp.out.logits, inp.y, reduction="none"), inp.weight)
+
+    def device_finish(self, fin):
+        sent = {"steps": np.array([fin.steps], np.float32)}
+        sent.update({f"grad/{g}": v for g, v in fin.grad_mean.items()})
+        return {}, sent
+
+
+def test_steps_and_mean_gradients_are_each_devices_own():
+    """Devices of one bucket with different steps per epoch (batch 5: 2 to 12 steps, two
+    epochs): `DeviceFinish.steps` and the mean gradients count the device's own steps."""
+    seq, vec, plan, bcast = host_round({"batch_size": 5, "local_epochs": 2},
+                                       objective=_GradMean())
+    a, b = seq.train(plan, bcast), vec.train(plan, bcast)
+    sizes = np.array([vec.pop.indices(d).shape[0] for d in plan.selected.tolist()])
+    assert len(set((-(-sizes // 5)).tolist())) > 2
+    np.testing.assert_array_equal(b.extras["steps"][:, 0], 2 * -(-sizes // 5))
+    np.testing.assert_array_equal(a.extras["steps"], b.extras["steps"])
+    grads = [k for k in a.extras if k.startswith("grad/")]
+    assert grads
+    for k in grads:
+        np.testing.assert_allclose(b.extras[k], a.extras[k], atol=TOL, err_msg=k)
+    np.testing.assert_allclose(b.loss, a.loss, atol=TOL)
