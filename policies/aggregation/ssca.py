@@ -28,7 +28,8 @@ Rules the paper leaves open (our spec fixes them; the code follows the spec):
   (model 0 before any sync).
 `bases: matched` restores the pre-revision update Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k (a member's
 delta is added to the matched model whatever it trained from), for measuring the difference.
-Every step is vectorised over the flat vector; loops run over clusters only.
+Every step is vectorised over the flat vector; Python loops run over clusters, the senders
+of a cluster (row-by-row sums, the order numpy's own sum takes) and blocks of columns.
 """
 
 from __future__ import annotations
@@ -249,7 +250,8 @@ def weighted_row_sum(table: np.ndarray, rows: np.ndarray, w: np.ndarray, cols: s
     rows into a copy. `w` must be float64 (a float32 product would round before the cast)."""
     out.fill(0.0)
     for i, wi in zip(rows, w):
-        np.multiply(table[i, cols], wi, out=tmp)
+        np.copyto(tmp, table[i, cols])         # the exact cast first: cheaper than a mixed loop
+        np.multiply(tmp, wi, out=tmp)
         out += tmp
     return out
 
@@ -265,7 +267,7 @@ def cluster_consensus(sparse: np.ndarray, weights: np.ndarray, labels: np.ndarra
     cols = slice(0, sparse.shape[1])
     for c in range(k):
         m = np.flatnonzero(labels == c)
-        alpha[c] = w[labels == c].sum()
+        alpha[c] = w[m].sum()
         weighted_row_sum(sparse, m, w[m], cols, cons[c], tmp)
         cons[c] /= alpha[c]
     return cons, alpha
@@ -343,7 +345,7 @@ def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
     table, index = base_rows
     w = np.asarray(weights, np.float64)
     members = [np.flatnonzero(labels == c) for c in range(len(target))]
-    alpha = np.array([w[labels == c].sum() for c in range(len(target))], np.float64)
+    alpha = np.array([w[m].sum() for m in members], np.float64)
     new = models.astype(np.float32)
     size = deltas.shape[1]
     rho = np.empty(size, np.float64)
