@@ -125,7 +125,7 @@ def kth_magnitude(x: np.ndarray, r: int) -> Any:
             below += int(np.count_nonzero(under[:n]))
             np.less_equal(a[:n], hi, out=within[:n])
             np.greater(within[:n], under[:n], out=within[:n])     # lo <= |x| <= hi
-            inside.append(a[:n][within[:n]])
+            inside.append(np.compress(within[:n], a[:n]))        # cheaper than a[mask]
         cands = np.concatenate(inside)
         if below <= r < below + cands.shape[0]:
             cands.partition(r - below)
