@@ -28,11 +28,15 @@ Rules the paper leaves open (our spec fixes them; the code follows the spec):
   (model 0 before any sync).
 `bases: matched` restores the pre-revision update Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k (a member's
 delta is added to the matched model whatever it trained from), for measuring the difference.
-Every step is vectorised over the flat vector; loops run over clusters only.
+Every step is vectorised over the flat vector; Python loops run over clusters, the senders
+of a cluster (row-by-row sums, the order numpy's own sum takes) and blocks of columns.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -62,25 +66,109 @@ class SSCAParams(BaseModel):
 # ------------------------------------------------------------------ the steps, as functions
 
 
+#: worker threads for the row- and column-parallel passes (numpy releases the GIL); every
+#: thread writes its own rows or columns, so no value depends on this number
+THREADS = max(1, min(8, len(os.sched_getaffinity(0))))
+
+#: elements per block of a row pass: small enough that a block's temporaries stay in cache
+ROW_BLOCK = 1 << 16
+
+#: a row is sampled at about this many points to bracket its threshold; rows shorter than
+#: 4 samples are partitioned whole
+SAMPLE = 1 << 16
+
+
+def _parallel(fn: Callable[[Any], object], items: Sequence[Any]) -> None:
+    """fn(item) for every item, on up to THREADS threads."""
+    if THREADS <= 1 or len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(min(THREADS, len(items))) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
+def threshold_bracket(x: np.ndarray, r: int) -> tuple[Any, Any] | None:
+    """Magnitudes (lo, hi) that likely enclose the r-th smallest (0-based) |x| of a 1-d row:
+    ranks about 6σ either side of r's place in a strided sample of ~SAMPLE points (so a few
+    percent of the row lies between them). None for a row too short to sample."""
+    size = x.shape[0]
+    if size < 4 * SAMPLE:
+        return None
+    sample = np.abs(x[::size // SAMPLE])
+    m = sample.shape[0]
+    q = r / size
+    margin = 6.0 * float(np.sqrt(m * q * (1.0 - q))) + 16.0
+    lo_k, hi_k = max(0, int(q * m - margin)), min(m - 1, int(q * m + margin))
+    sample.partition([lo_k, hi_k])
+    return sample[lo_k], sample[hi_k]
+
+
+def kth_magnitude(x: np.ndarray, r: int) -> Any:
+    """The r-th smallest (0-based) |x| of a 1-d row, as a full partition of |x| finds it (NaN
+    sorts last), as a rule without one: one blocked pass counts the magnitudes below the
+    row's `threshold_bracket` and collects those inside it, and only those (a few percent of
+    the row) are partitioned. A bracket that misses rank r (an unlucky sample, NaN at its
+    ends) or a short row falls back to partitioning the whole row."""
+    size = x.shape[0]
+    bracket = threshold_bracket(x, r)
+    if bracket is not None:
+        lo, hi = bracket
+        below, inside = 0, []
+        a = np.empty(min(ROW_BLOCK, size), x.dtype)
+        under, within = np.empty(a.shape, bool), np.empty(a.shape, bool)
+        for start in range(0, size, ROW_BLOCK):
+            n = min(ROW_BLOCK, size - start)
+            np.abs(x[start:start + n], out=a[:n])
+            np.less(a[:n], lo, out=under[:n])
+            below += int(np.count_nonzero(under[:n]))
+            np.less_equal(a[:n], hi, out=within[:n])
+            np.greater(within[:n], under[:n], out=within[:n])     # lo <= |x| <= hi
+            inside.append(np.compress(within[:n], a[:n]))        # cheaper than a[mask]
+        cands = np.concatenate(inside)
+        if below <= r < below + cands.shape[0]:
+            cands.partition(r - below)
+            return cands[r - below]
+    full = np.abs(x)
+    full.partition(r)
+    return full[r]
+
+
+def _sparsify_row(x: np.ndarray, out: np.ndarray, keep: int) -> None:
+    """out = x with all but its `keep` largest magnitudes zeroed (ties: lowest indices), in
+    one blocked pass once the threshold is known; a dropped coordinate is x·0 (-0.0 if x < 0,
+    as x·False gives)."""
+    size = x.shape[0]
+    thr = kth_magnitude(x, size - keep)
+    kept = 0
+    a = np.empty(min(ROW_BLOCK, size), x.dtype)
+    mask = np.empty(a.shape, bool)
+    for start in range(0, size, ROW_BLOCK):
+        n = min(ROW_BLOCK, size - start)
+        np.greater_equal(np.abs(x[start:start + n], out=a[:n]), thr, out=mask[:n])
+        kept += int(np.count_nonzero(mask[:n]))
+        np.multiply(x[start:start + n], mask[:n], out=out[start:start + n])
+    if kept > keep:                                   # ties at the threshold: lowest indices
+        mag = np.abs(x)
+        tied = np.flatnonzero(mag == thr)
+        room = keep - int(np.count_nonzero(mag > thr))
+        out[tied[room:]] = x[tied[room:]] * 0
+
+
 def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
     """Rows of `deltas` [n, P] with all but exactly round(κ·P) (at least 1) coordinates set to
     zero: the largest magnitudes, and among magnitudes equal to the threshold the lowest
-    indices. O(P) per row, one [n, P] buffer reused for every pass (at millions of parameters
-    fresh pages cost more than the arithmetic); only a row with ties is looked at again."""
+    indices (a dropped coordinate is x·0). Rows are spread over THREADS; a row's threshold
+    comes from `kth_magnitude` (no full partition as a rule), then one blocked pass writes it;
+    the output is the only [n, P] buffer."""
     p = deltas.shape[1]
     keep = min(p, max(1, int(round(kappa * p))))
     if keep == p:
         return deltas.copy()
-    buf = np.abs(deltas)
-    buf.partition(p - keep, axis=1)                      # in place: buf's order is lost
-    thr = buf[:, p - keep:p - keep + 1].copy()           # the keep-th largest magnitude
-    np.abs(deltas, out=buf)
-    mask = buf >= thr
-    for row in np.flatnonzero(np.count_nonzero(mask, axis=1) > keep):   # ties at threshold
-        tied = np.flatnonzero(buf[row] == thr[row, 0])
-        room = keep - int(np.count_nonzero(buf[row] > thr[row, 0]))
-        mask[row, tied[room:]] = False
-    return np.multiply(deltas, mask, out=buf)
+    out = np.empty_like(deltas)
+    _parallel(lambda i: _sparsify_row(deltas[i], out[i], keep), range(deltas.shape[0]))
+    return out
 
 
 def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
@@ -89,18 +177,29 @@ def cluster_count(senders: int, k: int, min_cluster_size: int) -> int:
 
 
 #: columns of sign vectors multiplied at once when forming their Gram matrix (float32 sums of
-#: ±1 products stay exact integers below 2^24, so every block is exact)
-GRAM_BLOCK = 1 << 22
+#: ±1 products stay exact integers below 2^24, so every block is exact, and so is the float64
+#: sum of the blocks in any order)
+GRAM_BLOCK = 1 << 15
 
 
-def sign_gram(signs: np.ndarray) -> np.ndarray:
-    """G = S·Sᵀ [n, n] (float64, exact) of sign vectors S [n, P] with entries in {-1, 0, 1}."""
-    n, p = signs.shape
-    gram = np.zeros((n, n), np.float64)
-    for start in range(0, p, GRAM_BLOCK):
-        block = np.ascontiguousarray(signs[:, start:start + GRAM_BLOCK], dtype=np.float32)
-        gram += (block @ block.T).astype(np.float64)
-    return gram
+def sign_gram(x: np.ndarray) -> np.ndarray:
+    """G = S·Sᵀ [n, n] (float64, exact) of the sign vectors S = sign(x) of the rows of x [n, P]
+    (sign vectors themselves, or the sparse deltas: no [n, P] sign array is formed). Column
+    blocks are spread over THREADS, each summing its own exact partial G."""
+    n, p = x.shape
+    starts = range(0, p, GRAM_BLOCK)
+    lanes = max(1, min(THREADS, len(starts)))
+    partial = np.zeros((lanes, n, n), np.float64)
+
+    def lane(j: int) -> None:
+        block = np.empty((n, min(GRAM_BLOCK, p)), np.float32)
+        for start in starts[j::lanes]:
+            b = block[:, :min(GRAM_BLOCK, p - start)]
+            np.sign(x[:, start:start + GRAM_BLOCK], out=b)
+            partial[j] += b @ b.T
+
+    _parallel(lane, range(lanes))
+    return partial.sum(axis=0)
 
 
 def gram_embedding(gram: np.ndarray) -> np.ndarray:
@@ -120,8 +219,9 @@ def distinct_rows(gram: np.ndarray) -> int:
 
 
 def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
-    """KMeans labels [n] of sign vectors into min(k, n, #distinct rows) clusters (seeded,
-    one thread, so the same on every machine).
+    """KMeans labels [n] of the sign vectors sign(signs) (sign vectors, or the sparse deltas
+    themselves) into min(k, n, #distinct rows) clusters (seeded, one BLAS thread, so the same
+    on every machine).
 
     KMeans depends on the points only through their distances, which the n×n Gram matrix holds
     exactly: the long vectors are read once (a blocked S·Sᵀ), and scikit-learn's KMeans runs on
@@ -142,6 +242,20 @@ def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
         return km.fit_predict(points).astype(np.int64)
 
 
+def weighted_row_sum(table: np.ndarray, rows: np.ndarray, w: np.ndarray, cols: slice,
+                     out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+    """out = Σ_j w[j]·table[rows[j], cols] in float64, summed from 0 in the order of `rows`:
+    the very operations of `(table[rows, cols].astype(np.float64) * w[:, None]).sum(axis=0)`
+    (numpy sums along axis 0 row after row from 0), so the same bits, without gathering the
+    rows into a copy. `w` must be float64 (a float32 product would round before the cast)."""
+    out.fill(0.0)
+    for i, wi in zip(rows, w):
+        np.copyto(tmp, table[i, cols])         # the exact cast first: cheaper than a mixed loop
+        np.multiply(tmp, wi, out=tmp)
+        out += tmp
+    return out
+
+
 def cluster_consensus(sparse: np.ndarray, weights: np.ndarray, labels: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
     """(ΔΘ̄ [K', P], α [K']) for labels 0..K'-1: w-weighted means of each cluster's rows."""
@@ -149,10 +263,13 @@ def cluster_consensus(sparse: np.ndarray, weights: np.ndarray, labels: np.ndarra
     k = int(labels.max()) + 1
     cons = np.zeros((k, sparse.shape[1]), np.float64)
     alpha = np.zeros(k, np.float64)
+    tmp = np.empty(sparse.shape[1], np.float64)
+    cols = slice(0, sparse.shape[1])
     for c in range(k):
-        m = labels == c
+        m = np.flatnonzero(labels == c)
         alpha[c] = w[m].sum()
-        cons[c] = (sparse[m].astype(np.float64) * w[m, None]).sum(axis=0) / alpha[c]
+        weighted_row_sum(sparse, m, w[m], cols, cons[c], tmp)
+        cons[c] /= alpha[c]
     return cons, alpha
 
 
@@ -203,17 +320,9 @@ class SSCAStep:
 
 #: columns per chunk of the per-coordinate steps 3-6 (consensus, ρ/µ/d, merge, model update):
 #: every one of them works coordinate by coordinate, so chunking bounds their float64
-#: temporaries to [n, COLUMN_BLOCK] (instead of several [n, P] at ResNet size) without
-#: changing a single value
-COLUMN_BLOCK = 1 << 18
-
-
-def sign_rows(x: np.ndarray) -> np.ndarray:
-    """sign(x) as int8 [n, P], formed block by block (a float sign array is 4x the size)."""
-    out = np.empty(x.shape, np.int8)
-    for start in range(0, x.shape[1], GRAM_BLOCK):
-        out[:, start:start + GRAM_BLOCK] = np.sign(x[:, start:start + GRAM_BLOCK])
-    return out
+#: temporaries to a few [K', COLUMN_BLOCK] (in cache) without changing a single value; chunks
+#: run on THREADS threads, each writing its own columns
+COLUMN_BLOCK = 1 << 14
 
 
 def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
@@ -228,30 +337,41 @@ def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
     `models[previous[i]]`."""
     sparse = sparsify(deltas, p.kappa)
     k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
-    labels = cluster_signs(sign_rows(sparse), k, random_state)
+    labels = cluster_signs(sparse, k, random_state)
     target = match_clusters(labels, previous, models.shape[0])
     if base_rows is None:
         base_rows = ((bases, np.arange(deltas.shape[0])) if bases is not None
                      else (models, np.maximum(previous, 0)))
     table, index = base_rows
     w = np.asarray(weights, np.float64)
+    members = [np.flatnonzero(labels == c) for c in range(len(target))]
+    alpha = np.array([w[m].sum() for m in members], np.float64)
     new = models.astype(np.float32)
-    rho = np.empty(deltas.shape[1], np.float64)
-    mu = np.empty(deltas.shape[1], bool)
-    alpha = np.zeros(0)
-    for start in range(0, deltas.shape[1], COLUMN_BLOCK):
-        cols = slice(start, start + COLUMN_BLOCK)
-        cons, alpha = cluster_consensus(sparse[:, cols], weights, labels)
+    size = deltas.shape[1]
+    rho = np.empty(size, np.float64)
+    mu = np.empty(size, bool)
+
+    def columns(start: int) -> None:
+        cols = slice(start, min(start + COLUMN_BLOCK, size))
+        width = cols.stop - start
+        cons = np.empty((len(target), width), np.float64)
+        tmp, base = np.empty(width, np.float64), np.empty(width, np.float64)
+        for c, m in enumerate(members):
+            weighted_row_sum(sparse, m, w[m], cols, cons[c], tmp)
+            cons[c] /= alpha[c]
         rho[cols], mu[cols], d = consistency(cons, p.pi, p.eps)
         _, per_cluster = merge(cons, alpha, mu[cols], d, p.eps)
-        for c, m in enumerate(target):
+        per_cluster *= p.lambda_merge
+        for c, model in enumerate(target):
             if p.bases == "coherent":
-                members = labels == c
-                base = (table[index[members], cols].astype(np.float64)
-                        * w[members, None]).sum(axis=0) / alpha[c]
+                weighted_row_sum(table, index[members[c]], w[members[c]], cols, base, tmp)
+                base /= alpha[c]
             else:
-                base = models[m, cols].astype(np.float64)
-            new[m, cols] = base + p.lambda_merge * per_cluster[c]
+                base[:] = models[model, cols]
+            base += per_cluster[c]
+            new[model, cols] = base
+
+    _parallel(columns, range(0, size, COLUMN_BLOCK))
     model_alpha = np.zeros(models.shape[0], np.float64)
     model_alpha[target] = alpha
     return SSCAStep(new, target[labels], labels, model_alpha, rho, mu)

@@ -10,6 +10,7 @@ Times, on synthetic updates of the given sizes (fastest of --repeat runs, after 
 GB/s is the bytes of the update rows read once over the step's time: the floor every step pays.
 
     python scenarios/bench/server_steps.py [--sizes 100x1000000 50x11000000] [--repeat 3]
+                                           [--ssca-threads N]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from policies.aggregation import ssca
 from policies.aggregation.ssca import SSCAParams, ssca_step
 from policies.aggregation.tide import evidence_weights, update_prototypes
 from raymm.messages import UpdateBatch
@@ -79,7 +81,12 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["100x1000000", "50x11000000"],
                     help="senders x parameters")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ssca-threads", type=int, default=ssca.THREADS,
+                    help=f"threads of the SSCA step (default {ssca.THREADS}: this machine's cores)")
     args = ap.parse_args()
+    if args.ssca_threads < 1:
+        ap.error("--ssca-threads: at least 1")
+    ssca.THREADS = args.ssca_threads
     rows = []
     for size in args.sizes:
         try:

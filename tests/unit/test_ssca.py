@@ -309,3 +309,123 @@ def test_gram_helpers_are_exact() -> None:
     assert distinct_rows(g) == 2
     x = gram_embedding(g)
     np.testing.assert_allclose(x @ x.T, g, atol=1e-9)
+
+
+# ------------------------------------------------- the fast paths against plain references
+
+
+def _reference_sparsify(d: np.ndarray, kappa: float) -> np.ndarray:
+    """Top-κ by a stable sort: largest magnitudes first, lower index first among equals."""
+    p = d.shape[1]
+    keep = min(p, max(1, round(kappa * p)))
+    order = np.argsort(-np.abs(d), axis=1, kind="stable")[:, :keep]
+    mask = np.zeros(d.shape, bool)
+    np.put_along_axis(mask, order, True, axis=1)
+    return d * mask
+
+
+def _rows_with_ties(rng: np.random.Generator, n: int, p: int) -> np.ndarray:
+    d = rng.standard_normal((n, p)).astype(np.float32)
+    d[1] = rng.integers(-3, 4, p) * 0.5                  # seven magnitudes: ties everywhere
+    d[2, rng.random(p) < 0.6] = -0.25                    # the threshold is a tied value
+    d[3] = 0.0                                           # all zero (and -0.0 below)
+    d[4, ::2] = -0.0
+    d[5, ::(p // 16)] = 100.0                            # the strided sample sees only these
+    return d
+
+
+@pytest.mark.parametrize("kappa", [0.7, 0.3, 0.01, 0.999])
+def test_sparsify_is_the_stable_sort_reference_bit_for_bit(monkeypatch, kappa: float) -> None:
+    """The sampled-bracket threshold (SAMPLE made small so these rows take it), the fallback
+    to a full partition and the row threads give exactly the reference's array, including
+    which zeros are -0.0."""
+    import policies.aggregation.ssca as ssca
+
+    monkeypatch.setattr(ssca, "SAMPLE", 16)
+    monkeypatch.setattr(ssca, "ROW_BLOCK", 100)
+    rng = np.random.default_rng(11)
+    d = _rows_with_ties(rng, 8, 1000)
+    keep = max(1, round(kappa * 1000))
+    if kappa in (0.3, 0.7):   # both routes run: row 0's bracket holds the rank, row 5's misses
+        r = 1000 - keep
+        for row, holds in ((0, True), (5, False)):
+            bracket = ssca.threshold_bracket(d[row], r)
+            assert bracket is not None
+            below = np.sum(np.abs(d[row]) < bracket[0])
+            assert (below <= r < np.sum(np.abs(d[row]) <= bracket[1])) == holds
+    for threads in (1, 3):
+        monkeypatch.setattr(ssca, "THREADS", threads)
+        for rows in (d, d.astype(np.float64)):
+            ref = _reference_sparsify(rows, kappa)
+            out = sparsify(rows, kappa)
+            assert out.dtype == rows.dtype
+            np.testing.assert_array_equal(out.view(np.uint8), ref.view(np.uint8))
+
+
+def test_sparsify_leaves_nan_where_the_full_partition_does() -> None:
+    d = np.random.default_rng(2).standard_normal((2, 300_000)).astype(np.float32)
+    d[0, ::7] = np.nan                                   # NaN sorts last: never kept, stays NaN
+    out = sparsify(d, 0.7)
+    full = np.abs(d)
+    thr = np.partition(full, 90_000, axis=1)[:, 90_000:90_001]
+    np.testing.assert_array_equal(out, d * (full >= thr))
+
+
+def _reference_step(deltas: np.ndarray, w: np.ndarray, models: np.ndarray, prev: np.ndarray,
+                    p: SSCAParams, rs: int, bases: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Steps 1-6 in one pass over all columns, written plainly (fancy-indexed copies,
+    float64 sums along axis 0, as the module did before it was chunked and threaded)."""
+    sparse = _reference_sparsify(deltas, p.kappa)
+    k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
+    labels = cluster_signs(np.sign(sparse), k, rs)
+    target = match_clusters(labels, prev, models.shape[0])
+    cons = np.stack([(sparse[labels == c].astype(np.float64) * w[labels == c, None]).sum(0)
+                     / w[labels == c].sum() for c in range(len(target))])
+    alpha = np.array([w[labels == c].sum() for c in range(len(target))])
+    rho, mu, d = consistency(cons, p.pi, p.eps)
+    _, per = merge(cons, alpha, mu, d, p.eps)
+    new = models.copy()
+    for c, m in enumerate(target):
+        base = ((bases[labels == c].astype(np.float64) * w[labels == c, None]).sum(0)
+                / alpha[c]) if p.bases == "coherent" else models[m].astype(np.float64)
+        new[m] = base + p.lambda_merge * per[c]
+    return new, labels, rho, mu
+
+
+@pytest.mark.parametrize("bases", ["coherent", "matched"])
+def test_ssca_step_is_the_plain_reference_bit_for_bit(monkeypatch, bases) -> None:
+    """Threads, column chunks, Gram blocks and the row-by-row weighted sums change no bit."""
+    import policies.aggregation.ssca as ssca
+
+    rng = np.random.default_rng(9)
+    n, P, K = 30, 3000, 5
+    protos = rng.standard_normal((K, P)).astype(np.float32)
+    deltas = protos[rng.integers(0, K, n)] + rng.standard_normal((n, P)).astype(np.float32)
+    deltas[:3] = _rows_with_ties(rng, 6, P)[1:4]
+    w = rng.integers(1, 100, n) * 1.37
+    models = rng.standard_normal((K, P)).astype(np.float32)
+    prev = rng.integers(0, K, n)
+    p = SSCAParams(clusters=K, min_cluster_size=4, bases=bases)
+    new, labels, rho, mu = _reference_step(deltas, w, models, prev, p, 4, models[prev])
+    assert len(set(labels.tolist())) > 2
+    monkeypatch.setattr(ssca, "SAMPLE", 64)
+    monkeypatch.setattr(ssca, "GRAM_BLOCK", 700)
+    for threads, block in ((1, 1 << 14), (3, 128)):
+        monkeypatch.setattr(ssca, "THREADS", threads)
+        monkeypatch.setattr(ssca, "COLUMN_BLOCK", block)
+        step = ssca_step(deltas, w, models, prev, p, 4)
+        np.testing.assert_array_equal(step.labels, labels)
+        for ours, ref in ((step.models, new), (step.rho, rho), (step.mu, mu)):
+            np.testing.assert_array_equal(ours.view(np.uint8), ref.view(np.uint8))
+
+
+def test_sign_gram_of_values_in_blocks_and_threads_is_exact(monkeypatch) -> None:
+    import policies.aggregation.ssca as ssca
+
+    x = np.random.default_rng(4).standard_normal((7, 1001))
+    x[:, ::3] = 0.0
+    s = np.sign(x)
+    for threads, block in ((1, 1 << 15), (3, 100)):
+        monkeypatch.setattr(ssca, "THREADS", threads)
+        monkeypatch.setattr(ssca, "GRAM_BLOCK", block)
+        np.testing.assert_array_equal(sign_gram(x), s @ s.T)
