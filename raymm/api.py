@@ -17,7 +17,7 @@ import numpy as np
 
 from raymm import divergence
 from raymm.build import (build_policies, build_world, load_scenario, make_executor,
-                         method_names, presets)
+                         method_names, presets, with_executor)
 from raymm.config import Scenario
 from raymm.engine import World
 from raymm.errors import Interrupted, RaymmError
@@ -62,9 +62,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         raise RaymmError("run: give a scenario, or resume a run directory")
     else:
         sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
-    if executor is not None:
-        sc = sc.model_copy(update={"execution": sc.execution.model_copy(
-            update={"executor": executor})})
+    sc = with_executor(sc, executor)
     if ckpt is None:
         parent = Path(run_dir).parent if run_dir is not None else Path(
             out if out is not None else sc.output.dir)

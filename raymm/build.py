@@ -35,6 +35,15 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
                           else None)
 
 
+def with_executor(sc: Scenario, executor: str | None) -> Scenario:
+    """`sc` run by `executor` (serial or ray) instead of its own; unchanged for None. The
+    executor is not part of a run's identity (`checkpoint.scenario_digest`)."""
+    if executor is None:
+        return sc
+    return sc.model_copy(update={"execution": sc.execution.model_copy(
+        update={"executor": executor})})
+
+
 def presets() -> Mapping[str, Mapping[str, Any]]:
     """Every named method (preset), for callers that may not import `policies` themselves."""
     return policies.PRESETS

@@ -48,7 +48,7 @@ def plan_jobs(scenarios: Sequence[str | Path], seeds: Sequence[int], overrides: 
     """Every (scenario or method variant, seed) validated, in sweep order; a method skipped
     under `--methods all` is printed. Two jobs that would share a directory (the same scenario
     name and seed) are refused: they would overwrite each other or silently count once."""
-    from raymm.api import load_scenario
+    from raymm.build import load_scenario, with_executor
     from raymm.sweep import method_scenarios
 
     seed_sets = [[f"seed={s}"] for s in seeds] or [[]]
@@ -64,10 +64,7 @@ def plan_jobs(scenarios: Sequence[str | Path], seeds: Sequence[int], overrides: 
     jobs: list[Job] = []
     for source, sets in sources:
         for extra in seed_sets:
-            sc = load_scenario(source, [*sets, *extra])
-            if executor is not None:
-                sc = sc.model_copy(update={"execution": sc.execution.model_copy(
-                    update={"executor": executor})})
+            sc = with_executor(load_scenario(source, [*sets, *extra]), executor)
             jobs.append(Job(sc, root / f"{sc.name}-seed{sc.seed}"))
     seen: dict[Path, Job] = {}
     clashes = []

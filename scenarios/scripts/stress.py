@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from raymm.api import build_world, load_scenario, make_executor, run
+from raymm.build import with_executor
 from raymm.bench import MemorySampler, steady
 from raymm.engine import run_round
 from raymm.local import build_model
@@ -173,9 +174,7 @@ def nbytes(value) -> int:  # noqa: ANN001 - arrays in nested dicts/lists (checkp
 def kept_state(path: str, overrides: list[str], executor: str | None) -> dict:
     """What devices and the server hold after each round, in MiB (see the module docstring)."""
     sc = load_scenario(path, overrides)
-    if executor is not None:
-        sc = sc.model_copy(update={"execution": sc.execution.model_copy(
-            update={"executor": executor})})
+    sc = with_executor(sc, executor)
     world = build_world(sc)
     model_mb = sum(p.numel() * p.element_size() for p in
                    build_model(world.dataset, sc.model, sc.seed).parameters()) / 2**20
