@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("scenario")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rules", nargs="+", default=["gain"], choices=["gain", "weakest"])
+    ap.add_argument("--rules", nargs="+", default=["weakest"], choices=["gain", "weakest"])
     ap.add_argument("--rewards", nargs="+", default=["gib"], choices=["gib", "seconds"])
     ap.add_argument("--target", type=float, default=None,
                     help="weights: accuracy to time (default: 95%% of the fixed weights' Final)")

@@ -141,7 +141,7 @@ def _obs(mask: np.ndarray) -> Observations:
 
 
 def test_adaptive_chain_schedule_phases_groups_reports_and_extras() -> None:
-    chain = ModalityChain(ModalityChain.Params(order="adaptive", phases=3))
+    chain = ModalityChain(ModalityChain.Params(order="adaptive", phases=3, rule="gain"))
     chain.bind(_sc(8), ("x", "y"))                   # probe 2 rounds, then 2 + 2 + 2
     assert chain.last.tolist() == [2, 4, 6, 8]
     groups = ["sensor:x", "sensor:y"]
@@ -182,7 +182,7 @@ def test_fixed_chain_keeps_no_state_and_sends_nothing_extra() -> None:
     ({"order": "adaptive", "probe_rounds": 6}, 8, "do not fit"),
     ({"order": "adaptive", "phases": 2, "rounds": [3, 2]}, 8, "add up to rounds - probe = 6"),
     ({"phases": 3}, 8, "schedule.phases: only used with order: adaptive"),
-    ({"rule": "weakest"}, 8, "schedule.rule: only used with order: adaptive"),
+    ({"rule": "gain"}, 8, "schedule.rule: only used with order: adaptive"),
 ])
 def test_bad_chain_parameters_are_named(params: dict, rounds: int, message: str) -> None:
     with pytest.raises(ScenarioError, match=message):

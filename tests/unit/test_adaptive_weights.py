@@ -156,7 +156,7 @@ def test_bad_weight_settings_are_rejected_with_a_reason(params: dict, message: s
     (["schedule.order=random"], "schedule.order: Input should be 'fixed' or 'adaptive'"),
     (["schedule.order=adaptive", "schedule.chain=[dom,mid]"], "drop schedule.chain"),
     (["schedule.order=adaptive", "schedule.probe_rounds=12"], "schedule.phases: the probe"),
-    (["schedule.rule=weakest"], "schedule.rule: only used with order: adaptive"),
+    (["schedule.rule=gain"], "schedule.rule: only used with order: adaptive"),
 ])
 def test_bad_adaptive_settings_fail_validation_with_the_field_named(
         settings: list[str], message: str, tmp_path: Path,
