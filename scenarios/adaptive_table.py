@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from fedmchain_table import PLAIN, _stat, columns, markdown, run_once, table_rows
+from policies.schedule.chain import ChainParams
+from policies.schedule.order import ORDER_RULES
 from raymm.api import load_scenario
 from raymm.config import apply_overrides, read_yaml
 from raymm.data import dataset_sensors
@@ -187,7 +189,8 @@ def main() -> None:
     ap.add_argument("scenario")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rules", nargs="+", default=["weakest"], choices=["gain", "weakest"])
+    ap.add_argument("--rules", nargs="+", default=[ChainParams.model_fields["rule"].default],
+                    choices=sorted(ORDER_RULES))
     ap.add_argument("--rewards", nargs="+", default=["gib"], choices=["gib", "seconds"])
     ap.add_argument("--target", type=float, default=None,
                     help="weights: accuracy to time (default: 95%% of the fixed weights' Final)")
