@@ -67,7 +67,7 @@ from torch import Tensor
 
 from raymm import seeding
 from raymm.local import DeviceOutcome, LocalTrainer
-from raymm.local_update import Batch, LocalUpdate, Params
+from raymm.local_update import Batch, LocalUpdate, Params, laid_out, memory_order
 from raymm.messages import Broadcast
 from raymm.models import LOCAL
 from raymm.policy import DeviceFinish, Objective
@@ -116,6 +116,9 @@ class VectorisedTrainer:
         self.objective = base.objective
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
         self.fallback: dict[str, np.ndarray] = {}
+        #: per trained parameter, the memory order of its stacked values after the last
+        #: lock-step run: the next run lays its starting values out so from the first step
+        self.orders: dict[str, tuple[int, ...]] = {}
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
@@ -218,6 +221,7 @@ class VectorisedTrainer:
         done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                  local_t),
                           grad_sum=self.objective.needs_grad_mean)
+        self.orders.update({n: memory_order(p) for n, p in done.params.items()})
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
@@ -259,7 +263,14 @@ class VectorisedTrainer:
             else:
                 p = v[slot.start:slot.stop].reshape(tuple(slot.shape))
             if n in wanted:
-                train[n] = p if per else p.unsqueeze(0).expand((g,) + tuple(p.shape))
+                # in the memory layout its gradient took last round (`in_layout_of`)
+                order = self.orders.get(n)
+                if per:
+                    train[n] = p if order is None else laid_out(p, order)
+                else:
+                    if order is not None:
+                        p = laid_out(p, tuple(d - 1 for d in order if d))
+                    train[n] = p.unsqueeze(0).expand((g,) + tuple(p.shape))
             elif per:
                 frozen[n] = p
             else:

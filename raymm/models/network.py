@@ -93,7 +93,9 @@ class MultimodalNet(nn.Module):
             logits = sum(sensor_logits[m] * present[:, j:j + 1]
                          for j, m in enumerate(self.sensors))
             return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
-        z_base = self.fusion(torch.cat([emb[m] for m in self.sensors], dim=1))
+        # one sensor: its embedding as it is (a cat of one tensor would only copy it)
+        z_base = self.fusion(emb[self.sensors[0]] if len(self.sensors) == 1 else
+                             torch.cat([emb[m] for m in self.sensors], dim=1))
         if not use_adapter or self.adapter is None:
             return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base)
         if split_adapter:
