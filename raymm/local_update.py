@@ -299,13 +299,15 @@ def _same_order(p: Tensor, g: Tensor) -> bool:
     """Whether `p`'s stored dimensions lie in memory in the order `g`'s do. A dimension `p`
     only broadcasts (stride 0: the same values for every device) is not stored: an expanded
     starting value laid out like the gradient adds to it at full speed without a copy."""
-    dims = [d for d in range(p.dim()) if p.stride(d) != 0 and p.shape[d] > 1]
-    return sorted(dims, key=lambda d: -p.stride(d)) == sorted(dims, key=lambda d: -g.stride(d))
+    ps, gs = p.stride(), g.stride()
+    dims = [d for d in range(p.dim()) if ps[d] != 0 and p.shape[d] > 1]
+    return sorted(dims, key=lambda d: -ps[d]) == sorted(dims, key=lambda d: -gs[d])
 
 
 def memory_order(t: Tensor) -> tuple[int, ...]:
     """`t`'s dimensions from outermost to innermost in memory (by stride)."""
-    return tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+    strides = t.stride()
+    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
 
 
 def laid_out(t: Tensor, order: tuple[int, ...]) -> Tensor:
