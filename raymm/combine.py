@@ -48,9 +48,9 @@ def block_sums(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(blocks, Σ w·x per block, Σ w per block) of rows sorted by their device ids.
 
-    A block's sums are one `np.add.reduce` over its own rows' float64 products (row after row
-    for vectors of more than one element), so they depend on that block's rows only -- never on
-    which other blocks were summed in the same call. (`add.reduceat` would be one call, but it
+    A block's sums are its own rows' float64 products added row after row (what `np.add.reduce`
+    over axis 0 does for vectors of more than one element), so they depend on that block's rows
+    only -- never on which other blocks were summed in the same call. (`add.reduceat` would be one call, but it
     sums long segments in another order than `reduce`.)
     """
     w = np.asarray(weights, dtype=np.float64)
@@ -65,10 +65,20 @@ def block_sums(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray
     at = starts[single]
     sums[single] = np.multiply(rows[at], w[at, None], dtype=np.float64)
     wsum[single] = w[at]
+    # row after row into the block's own output: the very additions of `np.add.reduce` over
+    # axis 0, without widening all of a block's rows to float64 first
+    product = np.empty(rows.shape[1], dtype=np.float64)
     for j in np.flatnonzero(~single).tolist():
         lo, hi = bounds[j], bounds[j + 1]
-        sums[j] = np.add.reduce(np.multiply(rows[lo:hi], w[lo:hi, None], dtype=np.float64),
-                                axis=0)
+        if rows.shape[1] == 1:  # numpy reduces a single column pairwise: keep its order
+            sums[j] = np.add.reduce(np.multiply(rows[lo:hi], w[lo:hi, None],
+                                                dtype=np.float64), axis=0)
+        else:
+            acc = sums[j]
+            acc[:] = 0.0  # reduce starts from add's identity: a sum of -0.0s is +0.0
+            for i in range(lo, hi):
+                np.multiply(rows[i], w[i], out=product, dtype=np.float64)
+                np.add(acc, product, out=acc)
         wsum[j] = np.add.reduce(w[lo:hi])
     return block_of[starts], sums, wsum
 

@@ -48,6 +48,23 @@ class HostSpec:
     device: str = "auto"
 
 
+def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
+    """`np.stack(rows)`, or without a copy the rows themselves when they lie one after another
+    in one buffer, in order, as lock-step training hands them out (`raymm.vectorised`): at
+    500 devices of the bench model that copy was 2 ms of a 50 ms round."""
+    first = rows[0] if rows else None
+    if first is None or first.base is None or not first.flags.c_contiguous or \
+            any(r.base is not first.base or r.shape != first.shape or r.dtype != first.dtype
+                for r in rows):
+        return np.stack(rows)
+    at, step = first.__array_interface__["data"][0], first.nbytes
+    if any(r.__array_interface__["data"][0] != at + i * step for i, r in enumerate(rows)):
+        return np.stack(rows)
+    # one base holds them all, back to back: a [n, ...] view of that memory
+    return np.lib.stride_tricks.as_strided(first, (len(rows),) + first.shape,
+                                           (step,) + first.strides)
+
+
 class DeviceHost:
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
                  spec: HostSpec, device: str = "cpu") -> None:
@@ -167,7 +184,7 @@ class DeviceHost:
                 senders.setdefault(g, []).append(row)
         extra_names = sorted({k for _, o in outcomes for k in o.extras})
         n = self.pop.num_samples[ids].astype(np.int64)
-        rows = {g: np.stack(v) for g, v in updates.items()}
+        rows = {g: stack_rows(v) for g, v in updates.items()}
         positions = {g: np.array(v, np.int64) for g, v in senders.items()}
         partials = self._presum(ids, n, rows, positions) if self.spec.combine else {}
         reported = {MODALITY_CORRECT: np.stack([reports[int(d)] for d in ids])} \

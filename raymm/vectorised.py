@@ -379,8 +379,7 @@ class VectorisedTrainer:
         """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
         `steps`: the optimizer steps each device took."""
         g = len(reqs)
-        flat = {grp: torch.cat([params[s.name].detach().reshape(g, -1)
-                                for s in self.layout.slots[grp]], 1).cpu().numpy()
+        flat = {grp: self._flat(params, grp, g)
                 for grp in groups + ([LOCAL] if use_adapter else [])}
         steps_t = torch.from_numpy(steps).to(losses.device)
         # a parameter the loss did not use has no gradient sum: zeros, as the sequential path
@@ -417,6 +416,17 @@ class VectorisedTrainer:
                 extras = {**extras, **sent}
             out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)
         return out
+
+    def _flat(self, params: Params, grp: str, g: int) -> np.ndarray:
+        """[G, P] float32: every device's flat vector of group `grp`, each parameter copied
+        once, straight into its columns (one laid out transposed per device cannot be viewed
+        flat, so a reshape-then-cat would copy it twice)."""
+        slots = self.layout.slots[grp]
+        first = params[slots[0].name]
+        out = torch.empty((g, self.layout.sizes[grp]), dtype=first.dtype, device=first.device)
+        for s in slots:
+            out[:, s.start:s.stop].view((g,) + tuple(s.shape)).copy_(params[s.name].detach())
+        return out.cpu().numpy()
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
                        source: dict[str, np.ndarray], updates: dict[str, np.ndarray],

@@ -36,6 +36,23 @@ def test_a_blocks_sums_depend_on_its_own_rows_only():
             assert np.array_equal(acc, s)
 
 
+def test_block_sums_are_numpys_reduce_bit_for_bit():
+    """The block sum is the bits of `np.add.reduce` over the block's float64 products --
+    signed zeros included, and numpy's own (pairwise) order for a one-element vector."""
+    rng = np.random.default_rng(1)
+    ids = np.arange(0, 600, 2)                       # blocks of 128 rows
+    for p in (1, 7, 4550):
+        rows = rng.normal(size=(ids.shape[0], p)).astype(np.float32)
+        rows[:, 0] = -0.0                            # a column of negative zeros
+        w = rng.integers(1, 100, ids.shape[0]).astype(np.float64)
+        _, sums, _ = combine.block_sums(rows, w, ids)
+        for j, b in enumerate(np.unique(ids // combine.BLOCK)):
+            mine = ids // combine.BLOCK == b
+            want = np.add.reduce(np.multiply(rows[mine], w[mine, None], dtype=np.float64),
+                                 axis=0)
+            assert np.array_equal(sums[j].view(np.int64), want.view(np.int64)), p
+
+
 @pytest.mark.parametrize("lo,hi,n,expected", [
     (0, 256, 1000, (0, 1)), (0, 255, 1000, (0, 0)), (1, 600, 1000, (1, 2)),
     (512, 1000, 1000, (2, 4)),   # the last, short block [768, 1000) is whole

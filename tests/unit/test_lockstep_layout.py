@@ -66,3 +66,17 @@ def test_the_learned_layout_does_not_change_a_lock_step_round():
     for g in first.updates:
         np.testing.assert_array_equal(again.updates[g], fresh.updates[g])
         np.testing.assert_array_equal(first.updates[g], fresh.updates[g])
+
+
+def test_stack_rows_uses_consecutive_rows_of_one_matrix_as_they_are():
+    from raymm.host import stack_rows
+
+    m = np.arange(20.0, dtype=np.float32).reshape(5, 4)
+    rows = list(m)
+    got = stack_rows(rows[1:4])
+    assert np.shares_memory(got, m) and np.array_equal(got, m[1:4])
+    # anything else is copied as np.stack would: out of order, gaps, other arrays, copies
+    for other in ([rows[2], rows[1]], [rows[0], rows[2]], [rows[0], m[1].copy()],
+                  [r.copy() for r in rows]):
+        out = stack_rows(other)
+        assert not np.shares_memory(out, m) and np.array_equal(out, np.stack(other))
