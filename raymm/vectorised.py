@@ -305,20 +305,21 @@ class VectorisedTrainer:
         """Every epoch's rows (as `_epoch_rows`) when nothing else draws from the devices'
         streams: each device's epochs are consecutive draws of its own stream."""
         epochs = self.base.training.local_epochs
-        perms = torch.zeros((epochs, len(reqs), steps * self.base.training.batch_size),
-                            dtype=torch.int64)
+        width = steps * self.base.training.batch_size
         gen = torch.Generator()
         seed, randperm = gen.manual_seed, torch.randperm
-        if epochs == 1:
-            rows = perms[0]
-            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
-                seed(s)
-                randperm(n, generator=gen, out=rows[i, :n])
+        drawn: list[Tensor] = []   # device by device, its epochs in order
+        for s, n in zip(seeds, sizes.tolist()):
+            seed(s)
+            drawn.extend(randperm(n, generator=gen) for _ in range(epochs))
+        # one padded [G * epochs, width] matrix (padding 0) in a single op, not an indexed
+        # write per device: the loop above is the per-device cost that remains
+        if all(n == width for n in sizes.tolist()):
+            flat = torch.stack(drawn)
         else:
-            for i, (s, n) in enumerate(zip(seeds, sizes.tolist())):
-                seed(s)
-                for e in range(epochs):
-                    randperm(n, generator=gen, out=perms[e, i, :n])
+            flat = torch.nn.utils.rnn.pad_sequence(drawn, batch_first=True)
+            flat = torch.nn.functional.pad(flat, (0, width - flat.shape[1]))
+        perms = flat.view(len(reqs), epochs, width).transpose(0, 1)
         return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
