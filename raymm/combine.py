@@ -50,8 +50,8 @@ def block_sums(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray
 
     A block's sums are its own rows' float64 products added row after row (what `np.add.reduce`
     over axis 0 does for vectors of more than one element), so they depend on that block's rows
-    only -- never on which other blocks were summed in the same call. (`add.reduceat` would be one call, but it
-    sums long segments in another order than `reduce`.)
+    only -- never on which other blocks were summed in the same call. (`add.reduceat` would be
+    one call, but it sums long segments in another order than `reduce`.)
     """
     w = np.asarray(weights, dtype=np.float64)
     block_of = np.asarray(ids, dtype=np.int64) // BLOCK
