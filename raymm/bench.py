@@ -2,7 +2,8 @@
 
 For each size (N clients, K per round) it runs, in this process tree, `bare_loop.py` (a child
 process) and `scenarios/bench/standard.yaml` on raymm with sequential and with vectorised local
-training (Ray executor by default: one DeviceActor per CPU, one torch thread each), and prints
+training (Ray executor by default: one DeviceActor per CPU, one torch thread each; `--executor
+ray,serial` runs each mode on both), and prints
 the steady seconds per round (mean over rounds 2..R; round 1 carries start-up), the ratio to
 the bare loop and the peak memory.
 
@@ -181,6 +182,17 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
             "tree_pss_mb": mem.tree_pss_mb}
 
 
+def parse_executors(text: str) -> list[str]:
+    """`ray,serial` -> ["ray", "serial"] (each at most once, in the order given)."""
+    from raymm.errors import RaymmError
+
+    names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [x for x in names if x not in ("ray", "serial")]
+    if bad or not names:
+        raise RaymmError(f"bench --executor: {text!r} is not ray, serial or ray,serial")
+    return names
+
+
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     """`1000:100,5000:500` -> [(1000, 100), (5000, 500)]."""
     from raymm.errors import RaymmError
@@ -204,7 +216,8 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
     p.add_argument("--rounds", type=int, default=5, help="R: rounds per run (steady = 2..R)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--modes", default=",".join(MODES), help="sequential,vectorised")
-    p.add_argument("--executor", choices=["ray", "serial"], default="ray")
+    p.add_argument("--executor", default="ray",
+                   help="ray, serial, or both (ray,serial): every mode runs on each")
     p.add_argument("--bare-loop", type=Path, default=Path(os.environ.get(
         "RAYMM_BARE_LOOP", DEFAULT_BARE_LOOP)), help="path of bare_loop.py")
     p.add_argument("--out", type=Path, default=Path("runs/bench"),
@@ -225,6 +238,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                          "set RAYMM_BARE_LOOP)")
     os.environ.setdefault("RAY_worker_niceness", "0")
     modes = [m for m in args.modes.split(",") if m]
+    executors = parse_executors(args.executor)
     rows: list[dict[str, Any]] = []
     for n, k in parse_sizes(args.sizes):
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -233,11 +247,14 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
             runs.setdefault("bare_loop", []).append(bare)
             print(_line({"N": n, "K": k, **bare, "ratio": 1.0}), flush=True)
             for mode in modes:
-                r = run_raymm(n, k, args.rounds, args.seed, mode, args.executor, args.out,
-                              args.overrides)
-                runs.setdefault(r["impl"], []).append(r)
-                print(_line({"N": n, "K": k, **r, "ratio": r["steady_s"] / bare["steady_s"]}),
-                      flush=True)
+                for executor in executors:
+                    r = run_raymm(n, k, args.rounds, args.seed, mode, executor, args.out,
+                                  args.overrides)
+                    if len(executors) > 1:
+                        r["impl"] = f"{r['impl']} ({executor})"
+                    runs.setdefault(r["impl"], []).append(r)
+                    print(_line({"N": n, "K": k, **r,
+                                 "ratio": r["steady_s"] / bare["steady_s"]}), flush=True)
         bares = [r["steady_s"] for r in runs["bare_loop"]]
         base = min(bares)
         for rs in runs.values():
@@ -262,11 +279,11 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'N':>6} {'K':>5}  {'implementation':<18} {'steady s/round':>14} {'ratio':>7} " \
+    head = f"{'N':>6} {'K':>5}  {'implementation':<25} {'steady s/round':>14} {'ratio':>7} " \
            f"{'paired':>7} {'final acc':>9} {'peak MB':>8} {'tree PSS MB':>11}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['N']:>6} {r['K']:>5}  {r['impl']:<18} {r['steady_s']:>14.4f} "
+        lines.append(f"{r['N']:>6} {r['K']:>5}  {r['impl']:<25} {r['steady_s']:>14.4f} "
                      f"{r['ratio']:>7.3f} {r['ratio_paired_median']:>7.3f} "
                      f"{r['final_acc']:>9.4f} {r['peak_mb']:>8.0f} {r['tree_pss_mb']:>11.0f}")
     lines.append("steady: fastest of the repeats; ratio: that over the bare loop's fastest; "

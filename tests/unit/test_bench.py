@@ -55,6 +55,16 @@ def test_steady_and_sizes():
     assert bench.parse_sizes("1000:100,5000:500") == [(1000, 100), (5000, 500)]
 
 
+def test_executors_parse_and_bad_ones_are_named():
+    from raymm.errors import RaymmError
+
+    assert bench.parse_executors("ray") == ["ray"]
+    assert bench.parse_executors("serial, ray,serial") == ["serial", "ray"]
+    for bad in ("dask", "ray,gpu", ","):
+        with pytest.raises(RaymmError, match="bench --executor"):
+            bench.parse_executors(bad)
+
+
 @pytest.mark.slow
 def test_bench_command_reports_both_implementations(tmp_path, capsys):
     bare_loop_module()
