@@ -3,9 +3,8 @@
 For each size (N clients, K per round) it runs, in this process tree, `bare_loop.py` (a child
 process) and `scenarios/bench/standard.yaml` on raymm with sequential and with vectorised local
 training (Ray executor by default: one DeviceActor per CPU, one torch thread each; `--executor
-ray,serial` runs each mode on both), and prints
-the steady seconds per round (mean over rounds 2..R; round 1 carries start-up), the ratio to
-the bare loop and the peak memory.
+ray,serial` runs each mode on both), and prints the steady seconds per round (mean over rounds
+2..R; round 1 carries start-up), the ratio to the bare loop and the peak memory.
 
 How it measures (see `../shared/bench/workload.md`):
   * raymm's round time is the engine's wall time of the whole round: availability poll,
