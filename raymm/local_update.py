@@ -300,14 +300,20 @@ def _same_order(p: Tensor, g: Tensor) -> bool:
     only broadcasts (stride 0: the same values for every device) is not stored: an expanded
     starting value laid out like the gradient adds to it at full speed without a copy."""
     ps, gs = p.stride(), g.stride()
+    if ps == gs:  # always so on the sequential path: no sorting per step there
+        return True
     dims = [d for d in range(p.dim()) if ps[d] != 0 and p.shape[d] > 1]
-    return sorted(dims, key=lambda d: -ps[d]) == sorted(dims, key=lambda d: -gs[d])
+    return _order(ps, dims) == _order(gs, dims)
+
+
+def _order(strides: tuple[int, ...], dims: list[int]) -> list[int]:
+    """`dims` from outermost to innermost in memory."""
+    return sorted(dims, key=lambda d: (-strides[d], d))
 
 
 def memory_order(t: Tensor) -> tuple[int, ...]:
     """`t`'s dimensions from outermost to innermost in memory (by stride)."""
-    strides = t.stride()
-    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
+    return tuple(_order(t.stride(), list(range(t.dim()))))
 
 
 def laid_out(t: Tensor, order: tuple[int, ...]) -> Tensor:

@@ -294,11 +294,9 @@ class VectorisedTrainer:
         """One epoch's minibatch rows of every device, drawn from its own
         `(seed, round, device, "batches")` generator exactly as the sequential path draws them
         (per epoch, after the previous epoch's augmentation draws), padded to the batch size."""
-        perms = torch.zeros((len(reqs), steps * self.base.training.batch_size), dtype=torch.int64)
-        for i, gen in enumerate(gens):
-            n = int(sizes[i])
-            torch.randperm(n, generator=gen, out=perms[i, :n])
-        return self._rows_of(reqs, perms, steps)
+        drawn = [torch.randperm(n, generator=gen) for gen, n in zip(gens, sizes.tolist())]
+        return self._rows_of(reqs, _padded(drawn, steps * self.base.training.batch_size),
+                             steps)
 
     def _all_epoch_rows(self, reqs: list[Request], seeds: list[int], sizes: np.ndarray,
                         steps: int) -> list[Tensor]:
@@ -312,14 +310,7 @@ class VectorisedTrainer:
         for s, n in zip(seeds, sizes.tolist()):
             seed(s)
             drawn.extend(randperm(n, generator=gen) for _ in range(epochs))
-        # one padded [G * epochs, width] matrix (padding 0) in a single op, not an indexed
-        # write per device: the loop above is the per-device cost that remains
-        if all(n == width for n in sizes.tolist()):
-            flat = torch.stack(drawn)
-        else:
-            flat = torch.nn.utils.rnn.pad_sequence(drawn, batch_first=True)
-            flat = torch.nn.functional.pad(flat, (0, width - flat.shape[1]))
-        perms = flat.view(len(reqs), epochs, width).transpose(0, 1)
+        perms = _padded(drawn, width).view(len(reqs), epochs, width).transpose(0, 1)
         return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
@@ -380,15 +371,11 @@ class VectorisedTrainer:
         """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
         `steps`: the optimizer steps each device took."""
         g = len(reqs)
-        flat = {grp: self._flat(params, grp, g)
+        flat = {grp: self._stacked(params, grp, g).cpu().numpy()
                 for grp in groups + ([LOCAL] if use_adapter else [])}
         steps_t = torch.from_numpy(steps).to(losses.device)
-        # a parameter the loss did not use has no gradient sum: zeros, as the sequential path
-        mean_grads = ({grp: (torch.cat([grad_sum[s.name].reshape(g, -1) if s.name in grad_sum
-                                        else torch.zeros(g, s.stop - s.start,
-                                                         device=losses.device)
-                                        for s in self.layout.slots[grp]], 1)
-                             / steps_t[:, None].float()).cpu().numpy().astype(np.float32)
+        mean_grads = ({grp: (self._stacked(grad_sum, grp, g) / steps_t[:, None].float()
+                             ).cpu().numpy().astype(np.float32)
                        for grp in groups}
                       if grad_sum is not None else None)
         mean_loss = (losses.sum(1) / steps_t).cpu().numpy()
@@ -418,16 +405,18 @@ class VectorisedTrainer:
             out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)
         return out
 
-    def _flat(self, params: Params, grp: str, g: int) -> np.ndarray:
-        """[G, P] float32: every device's flat vector of group `grp`, each parameter copied
-        once, straight into its columns (one laid out transposed per device cannot be viewed
-        flat, so a reshape-then-cat would copy it twice)."""
+    def _stacked(self, values: Params, grp: str, g: int) -> Tensor:
+        """[G, P]: every device's flat vector of group `grp` from its per-parameter stacks,
+        each copied once, straight into its columns (one laid out transposed per device cannot
+        be viewed flat, so a reshape-then-cat would copy it twice). A parameter `values` lacks
+        (one the loss did not use has no gradient sum) is zeros, as on the sequential path."""
         slots = self.layout.slots[grp]
-        first = params[slots[0].name]
-        out = torch.empty((g, self.layout.sizes[grp]), dtype=first.dtype, device=first.device)
+        new = torch.empty if all(s.name in values for s in slots) else torch.zeros
+        out = new((g, self.layout.sizes[grp]), dtype=torch.float32, device=self.base.device)
         for s in slots:
-            out[:, s.start:s.stop].view((g,) + tuple(s.shape)).copy_(params[s.name].detach())
-        return out.cpu().numpy()
+            if s.name in values:
+                out[:, s.start:s.stop].view((g,) + tuple(s.shape)).copy_(values[s.name].detach())
+        return out
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
                        source: dict[str, np.ndarray], updates: dict[str, np.ndarray],
@@ -443,6 +432,15 @@ class VectorisedTrainer:
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
                            use_adapter))
+
+
+def _padded(drawn: list[Tensor], width: int) -> Tensor:
+    """The draws as rows of one [len(drawn), width] matrix, padded with 0, in a single op (an
+    indexed write per device cost more than the draw itself)."""
+    if all(d.shape[0] == width for d in drawn):
+        return torch.stack(drawn)
+    flat = torch.nn.utils.rnn.pad_sequence(drawn, batch_first=True)
+    return torch.nn.functional.pad(flat, (0, width - flat.shape[1]))
 
 
 # --------------------------------------------------------------------------- host
