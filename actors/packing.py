@@ -10,6 +10,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
+from raymm.combine import BLOCK
 from raymm.config import ActorSpec
 from raymm.errors import RaymmError
 
@@ -20,8 +23,18 @@ class ResourceError(RaymmError):
 
 @dataclass(frozen=True)
 class Packing:
+    """Actors host contiguous id ranges: `starts[i]` is actor i's first device (empty: every
+    `devices_per_actor` ids); `devices_per_actor` is the largest actor's size."""
+
     devices_per_actor: int
     num_actors: int
+    starts: tuple[int, ...] = ()
+
+    def ranges(self, n_devices: int) -> list[np.ndarray]:
+        """Each actor's device ids."""
+        starts = self.starts or tuple(range(0, n_devices, self.devices_per_actor))
+        ends = (*starts[1:], n_devices)
+        return [np.arange(s, e) for s, e in zip(starts, ends)]
 
 
 def actor_demand(actor: ActorSpec) -> dict[str, float]:
@@ -37,13 +50,17 @@ def actor_capacity(actor: ActorSpec, resources: Mapping[str, float]) -> int:
 
 def plan_packing(n_devices: int, devices_per_actor: int | str, actor: ActorSpec,
                  resources: Mapping[str, float]) -> Packing:
-    """`auto`: as many actors as fit (at most one per device), devices spread evenly.
-    An int: ceil(n / int) actors, which must all fit."""
+    """`auto`: as many actors as fit (at most one per device), devices spread evenly, with
+    the boundaries on whole blocks of ids (`block_aligned`). An int: ceil(n / int) actors,
+    which must all fit."""
     capacity = actor_capacity(actor, resources)
     if devices_per_actor == "auto":
         if capacity < 1:
             _fail(1, actor, resources)
         n_actors = max(1, min(n_devices, capacity))
+        aligned = block_aligned(n_devices, n_actors)
+        if aligned is not None:
+            return aligned
         per = math.ceil(n_devices / n_actors)
         return Packing(per, math.ceil(n_devices / per))
     per = int(devices_per_actor)
@@ -51,6 +68,22 @@ def plan_packing(n_devices: int, devices_per_actor: int | str, actor: ActorSpec,
     if n_actors > capacity:
         _fail(n_actors, actor, resources)
     return Packing(per, n_actors)
+
+
+def block_aligned(n_devices: int, n_actors: int) -> Packing | None:
+    """Boundaries at the multiples of `combine.BLOCK` nearest to the even split; None when an
+    actor would get no device or the largest one would exceed the even share by over 10%.
+    An actor that hosts whole blocks sends each block's pre-summed vector (`raymm.combine`);
+    a block cut by a boundary travels as one row per selected device instead: at 1,000
+    devices on two actors that was a quarter of a block's senders as rows, ~0.45 MB through
+    Ray's object store rather than inline."""
+    if n_actors < 2:
+        return None
+    starts = tuple(round(i * n_devices / n_actors / BLOCK) * BLOCK for i in range(n_actors))
+    sizes = np.diff([*starts, n_devices])
+    if sizes.min() < 1 or sizes.max() > 1.1 * math.ceil(n_devices / n_actors):
+        return None
+    return Packing(int(sizes.max()), n_actors, starts)
 
 
 def _fail(n_actors: int, actor: ActorSpec, resources: Mapping[str, float]) -> None:

@@ -9,7 +9,12 @@ The driver submits the whole round at once -- reports into the plan, the plan in
 results into aggregation -- as a chain of object references, and waits once, at the end. Ray
 runs each task as soon as its inputs exist, so no step waits for a round trip to the driver.
 Availability does not depend on training, so each training call also returns the actor's report
-for the next round (an idle actor is asked separately): the next plan finds them waiting.
+for the next round (an idle actor is asked separately): the next plan finds them waiting. The
+driver even submits that plan with the round's aggregation (`execution.plan_ahead`), so the
+server plans round t+1 while round t's statistics travel to the driver, and round t+1 starts
+with its plan at hand; not after an evaluation or a checkpoint round (`engine.plans_ahead`).
+A plan made ahead is part of the server's state until its round is aggregated, so a run
+interrupted in between resumes with that very plan.
 
 A DeviceActor that dies costs the round its devices' updates, not the run: Ray restarts it
 (`max_restarts`; past that a new actor is created), and the executor gives the restarted actor
@@ -35,7 +40,7 @@ from actors.quiet import (driver_stderr_captured, loopback_only, quiet_ray, ray_
                           verbose)
 from actors.server_actor import ServerActor
 from raymm.config import ExecutionSpec, Scenario
-from raymm.engine import Trained, World
+from raymm.engine import Trained, World, plans_ahead
 from raymm.errors import RaymmError
 from raymm.faults import host_kills
 from raymm.local import build_model
@@ -88,6 +93,9 @@ class RayExecutor:
         self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
         self._reports: dict[int, list[Any]] = {}  # round -> its reports, asked for early
         self._polled: list[Any] = []  # the report references this round's plan was given
+        # round -> (its plan and broadcast, the reports they were made from), submitted with
+        # the previous round's aggregation
+        self._ahead: dict[int, tuple[tuple[Any, Any], list[Any]]] = {}
 
     def prestart(self, sc: Scenario) -> None:
         """Start Ray and create the actors before the driver loads the data: their process
@@ -102,8 +110,7 @@ class RayExecutor:
         # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
         # classes ray.actor.ActorClass, which has `options`
         self.server = ServerActor.options(num_cpus=0).remote()  # type: ignore[attr-defined]
-        per = self.packing.devices_per_actor
-        self.blocks = [np.arange(s, min(s + per, n)) for s in range(0, n, per)]
+        self.blocks = self.packing.ranges(n)
         self.actors = [self._new_actor(ids) for ids in self.blocks]
 
     def start(self, world: World) -> None:
@@ -115,6 +122,7 @@ class RayExecutor:
         if sum(b.shape[0] for b in self.blocks) != n:
             raise RaymmError(f"the actors were created for {sum(map(len, self.blocks))} "
                              f"devices, the population has {n}")
+        self.scenario = world.scenario
         self.k = world.scenario.selection.k
         self.rounds = world.scenario.rounds
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
@@ -145,8 +153,11 @@ class RayExecutor:
                 num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
                 max_restarts=a.max_restarts).remote(ids)
 
-    def poll(self, t: int) -> list[Any]:
-        """The actors' reports, as references: they go straight into the server's plan."""
+    def poll(self, t: int) -> list[Any] | None:
+        """The actors' reports, as references: they go straight into the server's plan. None
+        when the round was planned ahead: its reports went into that plan."""
+        if t in self._ahead:
+            return None
         early = self._reports.pop(t, None)
         self._polled = early if early is not None else \
             [a.report_online.remote(t) for a in self.actors]
@@ -174,9 +185,20 @@ class RayExecutor:
                 self._revive(i)
         return reports
 
-    def plan(self, t: int, reports: list[Any]) -> tuple[Any, Any]:
-        plan_ref, bcast_ref = self.server.plan.remote(t, *reports)
+    def plan(self, t: int, reports: list[Any] | None) -> tuple[Any, Any]:
+        ahead = self._ahead.pop(t, None)
+        if ahead is not None:
+            planned, self._polled = ahead
+            return planned
+        plan_ref, bcast_ref = self.server.plan.remote(t, *(reports or []))
         return plan_ref, bcast_ref
+
+    def _plan_ahead(self, t: int) -> None:
+        """Submit round t+1's plan behind round t's aggregation (the server runs them in that
+        order); its reports are those `_poll_next` asked for."""
+        if plans_ahead(t, self.scenario):
+            reports = self._reports.pop(t + 1)
+            self._ahead = {t + 1: (self.plan(t + 1, reports), reports)}
 
     def train(self, t: int, planned: tuple[Any, Any]) -> list[tuple[int, Any, Any, Any]] | None:
         """One call per DeviceActor that has selected devices. When almost every actor has some
@@ -214,6 +236,7 @@ class RayExecutor:
                                                      *[r for _, _, r, _ in calls],
                                                      lost=np.zeros(0, np.int64))
             self._poll_next(t, calls)
+            self._plan_ahead(t)
             try:
                 stats, plan, *statuses = ray.get([stats_ref, plan_ref,
                                                   *[s for _, s, _, _ in calls]])
@@ -239,7 +262,9 @@ class RayExecutor:
                              calls: list[tuple[int, Any, Any, Any]]) -> RoundRecord:
         """Collect the statuses one by one (a dead actor is an error value: its selected devices
         are lost this round and it is revived), then aggregate the surviving results."""
-        self._reports = {}  # asked of actors that may be dead now: ask again next round
+        # asked of actors that may be dead now: ask again next round (a plan made ahead from a
+        # dead actor's report never ran; one that did is the server's to hand out again)
+        self._reports, self._ahead = {}, {}
         out = Trained([], [], 0)
         plan = ray.get(plan_ref)
         for i, status_ref, result_ref, _ in calls:

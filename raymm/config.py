@@ -226,6 +226,11 @@ class ExecutionSpec(Strict):
     #: CUDA; a DeviceActor: when Ray gave it a GPU that torch can use), cpu = always the CPU,
     #: cuda = a GPU or a clear error (DeviceActors then need `actor.num_gpus` > 0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: Ray: the server plans round t+1 as soon as it has aggregated round t, while the round's
+    #: statistics travel to the driver (one Ray round trip less per round); never after an
+    #: evaluation or a checkpoint round, which the next plan may depend on. Same numbers
+    #: either way
+    plan_ahead: bool = True
 
 
 class EvalSpec(Strict):

@@ -99,6 +99,15 @@ def is_eval_round(t: int, sc: Scenario) -> bool:
     return t % sc.eval.every == 0 or t == sc.rounds
 
 
+def plans_ahead(t: int, sc: Scenario) -> bool:
+    """Whether round t+1 may be planned before round t has been handed to the driver: not
+    after the last round, an evaluation (policies learn from it) or a checkpoint (which then
+    holds no plan made ahead)."""
+    every = sc.output.checkpoint_every
+    return (sc.execution.plan_ahead and t < sc.rounds and not is_eval_round(t, sc)
+            and not (every and t % every == 0))
+
+
 def run_round(ex: Executor, t: int, sc: Scenario) -> RoundRecord:
     """One round: poll → plan (selection + schedule) → train → aggregate (+ evaluate)."""
     wall0 = time.perf_counter()

@@ -6,7 +6,7 @@ with a thousand selected devices costs a handful of objects, not a thousand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -94,6 +94,31 @@ class Broadcast:
         if c is None or group not in c.params or not c.clustered[group][device]:
             return self.params[group]
         return c.params[group][int(c.assignment[group][device])]
+
+
+def plan_state(plan: RoundPlan, broadcast: Broadcast) -> dict[str, Any]:
+    """A plan and its payload as plain data (`raymm.statefile` stores it in a checkpoint)."""
+    b = {"round": broadcast.round, "params": dict(broadcast.params),
+         "extras": dict(broadcast.extras),
+         "clusters": None if broadcast.clusters is None else asdict(broadcast.clusters)}
+    return {"plan": asdict(plan), "broadcast": b}
+
+
+def plan_from_state(state: dict[str, Any]) -> tuple[RoundPlan, Broadcast]:
+    """The inverse of `plan_state`."""
+    p, b = state["plan"], state["broadcast"]
+    download = p["download"]
+    plan = RoundPlan(int(p["round"]), np.asarray(p["selected"], np.int64),
+                     tuple(p["active_groups"]),
+                     bool(download) if isinstance(download, (bool, np.bool_))
+                     else np.asarray(download, bool),
+                     bool(p["upload"]), tuple(p["report"]))
+    c = b["clusters"]
+    clusters = None if c is None else ClusterModels(
+        {g: np.asarray(v, np.float32) for g, v in c["params"].items()},
+        {g: np.asarray(v, np.int64) for g, v in c["assignment"].items()},
+        {g: np.asarray(v, bool) for g, v in c["clustered"].items()})
+    return plan, Broadcast(int(b["round"]), dict(b["params"]), dict(b["extras"]), clusters)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from raymm.metrics import robustness_metrics
 from raymm.messages import (
     MODALITY_CORRECT,
     Broadcast,
+    plan_from_state,
+    plan_state,
     DeviceEval,
     HostResult,
     OnlineReport,
@@ -85,10 +87,17 @@ class Server:
         self.last_download = np.zeros(population.n, np.int64)
         self.frozen_sent: dict[str, np.ndarray] = {}
         self._round = 0  # the last round aggregated (what a per-device evaluation belongs to)
+        # the plan of a round not aggregated yet: a plan made ahead (`plan` before the previous
+        # round's checkpoint) is part of the state, so a resumed run trains the same plan
+        self._planned: tuple[RoundPlan, Broadcast] | None = None
 
     # --- one round ------------------------------------------------------------------------
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
-        """Selection (who) and schedule (which groups); the payload to put in the store once."""
+        """Selection (who) and schedule (which groups); the payload to put in the store once.
+        Round t's plan is made once: asked again (a run resumed after it was made ahead), the
+        server answers with the plan it made, whatever the reports."""
+        if self._planned is not None and self._planned[0].round == t:
+            return self._planned
         online = np.sort(np.concatenate([r.device_ids for r in reports])) if reports \
             else np.zeros(0, np.int64)
         if reports:
@@ -109,7 +118,8 @@ class Server:
         plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
                          tuple(sched.report_sensors(t)))
         self._last_counts = (len(online), len(eligible))
-        return plan, self._broadcast(t, self._extras(t))
+        self._planned = (plan, self._broadcast(t, self._extras(t)))
+        return self._planned
 
     def _extras(self, t: int) -> dict[str, np.ndarray]:
         """What travels with the model this round: the aggregator's extras (e.g. prototypes)
@@ -130,6 +140,7 @@ class Server:
                   lost: np.ndarray | None = None) -> RoundRecord:
         """Merge the hosts' results (sorted by device id), drop stragglers, aggregate, and count
         traffic and time. `lost` lists selected devices whose host died this round."""
+        self._planned = None
         batch = merge_results(results)
         down = self._downlink(plan)
         up = self._uplink(batch)
@@ -279,12 +290,17 @@ class Server:
 
     # --- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The server's state between rounds; with the next round's plan (and its counts)
+        when it was made ahead, so that a resumed run does not plan that round again."""
+        planned = {} if self._planned is None else {
+            "planned": plan_state(*self._planned), "last_counts": list(self._last_counts)}
         return {"params": {g: v.copy() for g, v in self.params.items()},
                 "obs": self.obs.state_dict(), "aggregator": self.policies.aggregator.state_dict(),
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
                 "sim_seconds": self.sim_seconds, "last_download": self.last_download.copy(),
                 "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
-                **{k: policy.state_dict() for k, policy in self._stateful().items()}}
+                **{k: policy.state_dict() for k, policy in self._stateful().items()},
+                **planned}
 
     def _stateful(self) -> dict[str, ServerPolicy]:
         """Selector and schedule when they keep state of their own (the aggregator's is always
@@ -306,3 +322,7 @@ class Server:
         for k, policy in self._stateful().items():
             if k in state:
                 policy.load_state_dict(state[k])
+        self._planned = plan_from_state(state["planned"]) if "planned" in state else None
+        if "last_counts" in state:
+            online, eligible = state["last_counts"]
+            self._last_counts = (int(online), int(eligible))

@@ -1,6 +1,7 @@
 """Checkpoint/resume: a resumed run ends exactly where an uninterrupted one does."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 from raymm.api import run
 from raymm.checkpoint import load
 from raymm.cli import main
+from raymm.errors import Interrupted
 
 from helpers import REPO, resume_from_round_3, tiny_scenario
 
@@ -51,6 +53,36 @@ def test_resume_ray_is_exact(tmp_path, ray_session):
     assert_same_run(ref.run_dir, ref.params, res_ray.run_dir, res_ray.params)
     res = resume_from_round_3(tmp_path, res_ray)
     assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+
+
+@pytest.mark.ray
+def test_interrupt_after_a_round_whose_successor_was_planned_ahead(tmp_path, ray_session):
+    """On Ray the server plans round 4 while round 3's statistics travel to the driver. Ctrl-C
+    in round 3 leaves that plan in the checkpoint; resumed on Ray or serially, round 4 trains
+    that plan and the run ends as an uninterrupted one does. Least-selected-first selection
+    counts selections as it plans: planning round 4 twice would pick other devices."""
+    fair = {"output.checkpoint_every": 0, "selection": {"name": "least_selected", "k": 5}}
+    ref = run(scenario(**fair), out=tmp_path / "ref")
+
+    def ctrl_c_in_round_3(row):
+        if row["round"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def interrupted(**kw):
+        with pytest.raises(Interrupted) as stop:
+            run(scenario("ray", **fair, **kw), out=tmp_path / "cut", on_round=ctrl_c_in_round_3)
+        assert stop.value.last_round == 3
+        return load(stop.value.run_dir), stop.value.run_dir
+
+    ck, cut = interrupted()
+    assert ck.round == 3 and ck.server["planned"]["plan"]["round"] == 4
+    for executor in ("ray", "serial"):
+        copy = tmp_path / executor
+        shutil.copytree(cut, copy)
+        res = run(resume=copy, executor=executor)
+        assert_same_run(ref.run_dir, ref.params, res.run_dir, res.params)
+    # switched off, the round-3 checkpoint holds no plan
+    assert "planned" not in interrupted(**{"execution.plan_ahead": False})[0].server
 
 
 def test_resume_rejects_other_scenarios_and_non_runs(tmp_path, capsys):

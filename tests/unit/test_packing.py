@@ -1,8 +1,10 @@
 """Resource packing: how many devices per DeviceActor, from cluster resources (no Ray needed)."""
 
+import numpy as np
 import pytest
 
 from actors.packing import Packing, ResourceError, actor_capacity, plan_packing
+from raymm.combine import BLOCK
 from raymm.config import ActorSpec
 
 
@@ -10,19 +12,44 @@ def test_fractional_gpus_pack_ten_actors_per_gpu():
     actor = ActorSpec(num_cpus=0.1, num_gpus=0.1)
     cluster = {"CPU": 16.0, "GPU": 2.0}
     assert actor_capacity(actor, cluster) == 20           # GPUs bind: 2 / 0.1
-    assert plan_packing(10_000, "auto", actor, cluster) == Packing(500, 20)
+    assert plan_packing(4000, "auto", actor, cluster) == Packing(200, 20)
     assert plan_packing(10_000, 1000, actor, cluster) == Packing(1000, 10)
 
 
 def test_auto_sizes_the_pool_from_cpus_and_the_population():
     one_cpu = ActorSpec(num_cpus=1)
-    assert plan_packing(1000, "auto", one_cpu, {"CPU": 2.0}) == Packing(500, 2)
-    assert plan_packing(1001, "auto", one_cpu, {"CPU": 2.0}) == Packing(501, 2)
+    assert plan_packing(200, "auto", one_cpu, {"CPU": 2.0}) == Packing(100, 2)
+    assert plan_packing(201, "auto", one_cpu, {"CPU": 2.0}) == Packing(101, 2)
     # never more actors than devices
     assert plan_packing(3, "auto", ActorSpec(num_cpus=0.1), {"CPU": 2.0}) == Packing(1, 3)
     # a custom resource limits the pool like any other
     tagged = ActorSpec(num_cpus=1, resources={"edge": 1.0})
     assert plan_packing(90, "auto", tagged, {"CPU": 64.0, "edge": 3.0}) == Packing(30, 3)
+
+
+def test_auto_puts_actor_boundaries_on_whole_blocks_of_ids():
+    """Each boundary is the multiple of BLOCK nearest to the even split, so every actor
+    hosts whole blocks (and pre-sums all of its devices), unless that costs balance."""
+    one_cpu = ActorSpec(num_cpus=1)
+    p = plan_packing(1000, "auto", one_cpu, {"CPU": 2.0})
+    assert p == Packing(512, 2, (0, 512))
+    assert [(r[0], r[-1]) for r in p.ranges(1000)] == [(0, 511), (512, 999)]
+    p = plan_packing(5000, "auto", one_cpu, {"CPU": 3.0})
+    assert p.starts == (0, 1792, 3328) and p.devices_per_actor == 1792
+    ranges = p.ranges(5000)
+    assert np.array_equal(np.concatenate(ranges), np.arange(5000))
+    assert all(r[0] % BLOCK == 0 for r in ranges)
+    assert max(abs(len(r) - 5000 / 3) for r in ranges) <= BLOCK  # each end within half a block
+    # the largest actor 5.6% above the even share (one actor gets a block less)
+    p = plan_packing(10_000, "auto", one_cpu, {"CPU": 20.0})
+    assert p.devices_per_actor == 528 and p.num_actors == 20
+    assert sum(map(len, p.ranges(10_000))) == 10_000
+    # fewer than a block per actor, or an actor 10% above the even share: the even split
+    assert plan_packing(1000, "auto", one_cpu, {"CPU": 8.0}) == Packing(125, 8)
+    assert plan_packing(600, "auto", one_cpu, {"CPU": 2.0}) == Packing(300, 2)
+    # a number the user gave is kept as it is
+    assert plan_packing(1000, 500, one_cpu, {"CPU": 2.0}) == Packing(500, 2)
+    assert [len(r) for r in Packing(500, 2).ranges(1000)] == [500, 500]
 
 
 def test_a_packing_that_cannot_fit_fails_with_the_numbers():

@@ -119,3 +119,36 @@ def test_a_pickle_is_never_unpickled(tmp_path):
     with pytest.raises(StateFormatError):
         statefile.read(p, "test")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("download", [True, np.array([True, False, True])])
+def test_a_plan_made_ahead_comes_back_from_a_state_file_exactly(download):
+    """A checkpoint can hold the next round's plan and payload (`Server.state_dict`), cluster
+    models included; read back, they are the same values of the same types."""
+    from raymm.messages import Broadcast, ClusterModels, RoundPlan, plan_from_state, plan_state
+
+    rng = np.random.default_rng(0)
+    plan = RoundPlan(4, np.array([1, 5, 7]), ("sensor:a", "fusion"), download, False, ("a",))
+    clusters = ClusterModels({"fusion": rng.random((2, 6), dtype=np.float32)},
+                             {"fusion": np.array([0, 1, 1, 0, 0, 1, 0, 1])},
+                             {"fusion": np.array([True, False] * 4)})
+    bcast = Broadcast(4, {"fusion": rng.random(6, dtype=np.float32)},
+                      {"prototypes": rng.random((3, 2))}, clusters)
+    for b in (bcast, Broadcast(4, bcast.params)):
+        skeleton, tensors = statefile.encode({"planned": plan_state(plan, b)})
+        back_plan, back = plan_from_state(statefile.decode(json.loads(json.dumps(skeleton)),
+                                                           tensors)["planned"])
+        assert back_plan.round == 4 and back_plan.active_groups == plan.active_groups
+        assert back_plan.report == ("a",) and back_plan.upload is False
+        assert np.array_equal(back_plan.selected, plan.selected)
+        assert np.array_equal(back_plan.download_mask(), plan.download_mask())
+        assert type(back_plan.download) is type(plan.download)
+        assert back.round == 4 and np.array_equal(back.params["fusion"], b.params["fusion"])
+        assert back.extras.keys() == b.extras.keys()
+        if b.clusters is None:
+            assert back.clusters is None
+        else:
+            for part in ("params", "assignment", "clustered"):
+                got = getattr(back.clusters, part)["fusion"]
+                want = getattr(clusters, part)["fusion"]
+                assert np.array_equal(got, want) and got.dtype == want.dtype
