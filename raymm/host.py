@@ -183,9 +183,20 @@ class DeviceHost:
                 updates.setdefault(g, []).append(out.updates[g])
                 senders.setdefault(g, []).append(row)
         extra_names = sorted({k for _, o in outcomes for k in o.extras})
+        return self._result(
+            ids, {g: stack_rows(v) for g, v in updates.items()},
+            {g: np.array(v, np.int64) for g, v in senders.items()},
+            np.array([o.loss for _, o in outcomes], dtype=np.float64),
+            {k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
+            failed, errors, reports)
+
+    def _result(self, ids: np.ndarray, rows: dict[str, np.ndarray],
+                positions: dict[str, np.ndarray], loss: np.ndarray,
+                extras: dict[str, np.ndarray], failed: list[int], errors: list[str],
+                reports: dict[int, np.ndarray]) -> HostResult:
+        """The `HostResult` of the devices `ids` that trained (sorted): each group's rows and
+        their positions in `ids`, their losses and extras in id order."""
         n = self.pop.num_samples[ids].astype(np.int64)
-        rows = {g: stack_rows(v) for g, v in updates.items()}
-        positions = {g: np.array(v, np.int64) for g, v in senders.items()}
         partials = self._presum(ids, n, rows, positions) if self.spec.combine else {}
         reported = {MODALITY_CORRECT: np.stack([reports[int(d)] for d in ids])} \
             if reports and ids.size else {}
@@ -196,11 +207,8 @@ class DeviceHost:
             compute_seconds=compute_seconds(n, self.spec.training.local_epochs,
                                             self.trainer.flops, self.pop.gflops[ids])
             + forward_seconds(n, passes, self.trainer.flops, self.pop.gflops[ids]),
-            reports=reported,
-            loss=np.array([o.loss for _, o in outcomes], dtype=np.float64),
-            updates=rows, senders=positions, partials=partials,
-            extras={k: np.stack([o.extras[k] for _, o in outcomes]) for k in extra_names},
-            failed=np.array(failed, np.int64), errors=tuple(errors),
+            reports=reported, loss=loss, updates=rows, senders=positions, partials=partials,
+            extras=extras, failed=np.array(failed, np.int64), errors=tuple(errors),
             # `_keep` holds non-empty states only, and their records are never None
             states={d: st.to_record() for d in ids.tolist()
                     if (st := self.states.get(d)) is not None})

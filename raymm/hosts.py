@@ -16,7 +16,10 @@ from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
 from raymm.messages import Broadcast, HostResult, RoundPlan
 from raymm.population import Population
-from raymm.vectorised import Request, VectorisedTrainer, _PrecomputedTrainer, why_not_vectorised
+from raymm.models import LOCAL
+from raymm.policy import Objective
+from raymm.vectorised import (ChunkRun, Request, VectorisedTrainer, _PrecomputedTrainer,
+                              why_not_vectorised)
 
 log = logging.getLogger("raymm.vectorised")
 
@@ -46,11 +49,15 @@ class VectorisedHost(DeviceHost):
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
         outcomes: it recomputes each device's start vectors (`exchange.start_vectors` is pure)
-        and runs `exchange.finish`, so device state, uploads and snapshots are its own."""
+        and runs `exchange.finish`, so device state, uploads and snapshots are its own. A
+        round with nothing per device to keep or hand out (`_plain`) skips that: the trained
+        rows go into the result as they are."""
         if self.vec is None:
             return super().train(plan, broadcast)
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
+        if self._plain(plan, broadcast) and not crash.any():
+            return self._train_plain(plan, broadcast, mine)
         training = self.spec.training
         pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
         requests = []
@@ -71,10 +78,63 @@ class VectorisedHost(DeviceHost):
             starts[dev] = (start, state)  # `DeviceHost._train` reuses them
             requests.append(Request(dev, rows[offsets[dev]:offsets[dev + 1]], held,
                                     tuple(groups), state.adapter, start, dict(state.objective)))
+        runs = self.vec.run(requests, plan.round, broadcast, plan.upload)
+        return self._device_by_device(plan, broadcast, requests, runs, starts)
+
+    def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
+                          requests: list[Request], runs: list[ChunkRun],
+                          starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]]
+                          ) -> HostResult:
+        """`DeviceHost._train` with the outcomes of the devices that trained in lock-step (it
+        trains the others sequentially)."""
+        pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
+        done = self.vec.outcomes(runs, plan.round)  # type: ignore[union-attr]
         try:
-            done = self.vec.train(requests, plan.round, broadcast, plan.upload)
             pre.ready = {r.device: ((plan.round, r.groups), done[r.device])
                          for r in requests if r.device in done}
             return self._train(plan, broadcast, starts)
         finally:
             pre.ready = {}
+
+    def _plain(self, plan: RoundPlan, broadcast: Broadcast) -> bool:
+        """Whether every selected device just loads the broadcast, trains and uploads what it
+        trained, keeping nothing and reporting nothing else: `training.exchange: params`
+        without cluster models, no device state, no unimodal report, and an objective without
+        an adapter or per-device hooks after training (`device_extras`, `device_finish`)."""
+        objective = self.spec.objective
+        return (self.spec.training.exchange == "params" and broadcast.clusters is None
+                and plan.upload and not plan.report and not self.states
+                and not (objective.uses_adapter and LOCAL in self.trainer.layout.slots)
+                and not objective.overrides(Objective.device_extras)
+                and not objective.overrides(Objective.device_finish))
+
+    def _train_plain(self, plan: RoundPlan, broadcast: Broadcast, mine: np.ndarray
+                     ) -> HostResult:
+        """A `_plain` round: the chunks' rows become the result's rows (reordered by id only
+        where buckets interleave ids), as `DeviceHost._train` would stack them, without a
+        `DeviceOutcome` per device. If a device did not train in lock-step (a bucket raised,
+        or it has no samples), the round goes device by device after all."""
+        pop = self.pop
+        offsets, rows, masks = pop.data_offsets, pop.data_indices, pop.sensor_mask
+        requests = [Request(dev, rows[offsets[dev]:offsets[dev + 1]], masks[dev],
+                            tuple(self.groups_of(masks[dev], plan)), None)
+                    for dev in mine.tolist()]
+        runs = self.vec.run(requests, plan.round, broadcast)  # type: ignore[union-attr]
+        if sum(len(run.reqs) for run in runs) < len(requests):
+            return self._device_by_device(plan, broadcast, requests, runs, {})
+        loss = np.empty(mine.shape[0], np.float64)
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for run in runs:
+            devs = run.devices()
+            loss[np.searchsorted(mine, devs)] = run.loss
+            for g in run.groups:
+                parts.setdefault(g, []).append((devs, run.flat[g]))
+        updates, positions = {}, {}
+        for g, got in parts.items():
+            devs = np.concatenate([d for d, _ in got])
+            mat = np.concatenate([m for _, m in got]) if len(got) > 1 else got[0][1]
+            if np.any(devs[1:] < devs[:-1]):
+                order = np.argsort(devs, kind="stable")
+                devs, mat = devs[order], mat[order]
+            updates[g], positions[g] = mat, np.searchsorted(mine, devs)
+        return self._result(mine, updates, positions, loss, {}, [], [], {})

@@ -103,6 +103,24 @@ class Request:
     state: dict[str, np.ndarray] | None = None
 
 
+@dataclass(frozen=True)
+class ChunkRun:
+    """One lock-step program's devices, trained: every device's flat vectors as rows of one
+    matrix per group, in the chunk's order (most steps first, then by id)."""
+
+    reqs: list[Request]
+    sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
+    groups: list[str]
+    flat: dict[str, np.ndarray]            # group (and LOCAL with an adapter) -> float32 [G, P]
+    loss: np.ndarray                       # float64 [G]: mean minibatch loss
+    steps: np.ndarray                      # int [G]: optimizer steps taken
+    mean_grads: dict[str, np.ndarray] | None
+    use_adapter: bool
+
+    def devices(self) -> np.ndarray:
+        return np.array([r.device for r in self.reqs], np.int64)
+
+
 class VectorisedTrainer:
     """Trains buckets of devices in lock-step on the module of a `LocalTrainer` (shared, or a
     copy on the accelerator). Returns `DeviceOutcome`s equal to the sequential path's."""
@@ -127,6 +145,11 @@ class VectorisedTrainer:
               upload: bool = True) -> dict[int, DeviceOutcome]:
         """Outcomes of every device whose bucket trained; devices of a bucket that raised are
         left out (the caller trains them sequentially) and the error is logged."""
+        return self.outcomes(self.run(requests, rnd, broadcast, upload), rnd)
+
+    def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
+            upload: bool = True) -> list[ChunkRun]:
+        """`train` up to the rows: one `ChunkRun` per lock-step program that ran."""
         # values for groups a device's start vectors do not name: the round's broadcast, else
         # the module's current ones (as the sequential path leaves them in the module)
         self.layout.load(self.model, broadcast.params)
@@ -136,16 +159,20 @@ class VectorisedTrainer:
         self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
-        out: dict[int, DeviceOutcome] = {}
+        runs: list[ChunkRun] = []
         for bucket in self._buckets(requests):
             for start in range(0, len(bucket), self.chunk):
                 chunk = bucket[start:start + self.chunk]
                 try:
-                    out.update(self._train_chunk(chunk, rnd, extras))
+                    runs.append(self._train_chunk(chunk, rnd, extras))
                 except Exception as exc:  # noqa: BLE001 - those devices go sequential
                     log.warning("vectorised training of %d device(s) failed (%s: %s); they "
                                 "train sequentially", len(chunk), type(exc).__name__, exc)
-        return out
+        return runs
+
+    def outcomes(self, runs: list[ChunkRun], rnd: int) -> dict[int, DeviceOutcome]:
+        """Every trained device's `DeviceOutcome`, the objective's per-device hooks run."""
+        return {d: o for run in runs for d, o in self._outcomes(run, rnd).items()}
 
     def _buckets(self, requests: list[Request]) -> list[list[Request]]:
         """Devices that share held sensors and trained groups, most steps per epoch first
@@ -165,7 +192,7 @@ class VectorisedTrainer:
 
     # --- one lock-step program ------------------------------------------------------------
     def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
-                     ) -> dict[int, DeviceOutcome]:
+                     ) -> ChunkRun:
         base, t = self.base, self.base.training
         use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         groups = list(reqs[0].groups)
@@ -226,8 +253,8 @@ class VectorisedTrainer:
                              device=base.device)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
             losses[:len(loss), i] = loss
-        return self._outcomes(reqs, sources, groups, done.params, losses,
-                              own_steps * t.local_epochs, use_adapter, done.grad_sum, rnd)
+        return self._rows(reqs, sources, groups, done.params, losses,
+                          own_steps * t.local_epochs, use_adapter, done.grad_sum)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -364,10 +391,9 @@ class VectorisedTrainer:
             ps.append(torch.cat([pa, present[i, n:]]))
         return {m: torch.stack(v) for m, v in xs.items()}, torch.stack(ps)
 
-    def _outcomes(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
-                  groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
-                  use_adapter: bool, grad_sum: Params | None, rnd: int
-                  ) -> dict[int, DeviceOutcome]:
+    def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
+              groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
+              use_adapter: bool, grad_sum: Params | None) -> ChunkRun:
         """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
         `steps`: the optimizer steps each device took."""
         g = len(reqs)
@@ -379,15 +405,20 @@ class VectorisedTrainer:
                        for grp in groups}
                       if grad_sum is not None else None)
         mean_loss = (losses.sum(1) / steps_t).cpu().numpy()
+        return ChunkRun(reqs, sources, groups, flat, mean_loss, steps, mean_grads, use_adapter)
+
+    def _outcomes(self, run: ChunkRun, rnd: int) -> dict[int, DeviceOutcome]:
         objective = self.objective
+        reqs, sources, groups, steps = run.reqs, run.sources, run.groups, run.steps
+        use_adapter, mean_grads = run.use_adapter, run.mean_grads
         # the defaults report and keep nothing: skip reloading the module and copying vectors
         report = objective.device_extras if objective.overrides(Objective.device_extras) \
             else None
         finishes = objective.overrides(Objective.device_finish)
         out = {}
         # row views taken in one pass per group (iterating an array), not indexed per device
-        rows = {grp: list(v) for grp, v in flat.items()}
-        loss_of = mean_loss.tolist()
+        rows = {grp: list(v) for grp, v in run.flat.items()}
+        loss_of = run.loss.tolist()
         for i, r in enumerate(reqs):
             updates = {grp: rows[grp][i] for grp in groups}
             local = rows[LOCAL][i].copy() if use_adapter else r.local

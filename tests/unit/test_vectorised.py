@@ -7,6 +7,7 @@ the vectorised results at all.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from raymm.api import load_scenario, run
 from raymm.hosts import VectorisedHost
 from raymm.local_update import FunctionalOptimizer, OptimizerState
+from raymm.messages import ClusterModels
 from raymm.losses import sample_mean
 from raymm.policy import LossInputs, Objective
 from raymm.vectorised import why_not_vectorised
@@ -92,6 +94,54 @@ def test_every_selected_device_is_trained_in_lock_step():
         np.testing.assert_allclose(b.updates[g], a.updates[g], atol=TOL)
         assert np.array_equal(a.senders[g], b.senders[g])
     np.testing.assert_allclose(b.loss, a.loss, atol=TOL)
+
+
+def _same_result(a, b):
+    assert a.device_ids.tolist() == b.device_ids.tolist()
+    assert a.updates.keys() == b.updates.keys() and a.partials.keys() == b.partials.keys()
+    for g in a.updates:
+        assert np.array_equal(a.updates[g], b.updates[g]) and a.updates[g].dtype == np.float32
+        assert np.array_equal(a.senders[g], b.senders[g])
+    for g in a.partials:
+        for f in ("blocks", "sums", "weights", "senders"):
+            assert np.array_equal(getattr(a.partials[g], f), getattr(b.partials[g], f))
+    for f in ("num_samples", "compute_seconds", "loss", "failed"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert (a.extras, a.states, a.reports, a.errors) == (b.extras, b.states, b.reports, b.errors)
+
+
+@pytest.mark.parametrize("combine", [False, True])
+def test_a_plain_round_hands_the_rows_out_as_device_by_device_would(combine):
+    """Nothing kept or reported per device: the lock-step rows become the result directly.
+    Three tiers train as three buckets whose ids interleave; the result is the one the
+    device-by-device hand-out gives, bit for bit, pre-summed blocks included."""
+    _, vec, plan, bcast = host_round({})
+    vec.spec = dataclasses.replace(vec.spec, combine=combine)
+    taken = []
+    plain = vec._train_plain
+    vec._train_plain = lambda *a: taken.append(1) or plain(*a)
+    fast = vec.train(plan, bcast)
+    assert taken and vec._plain(plan, bcast)
+    vec._plain = lambda *a: False
+    _same_result(fast, vec.train(plan, bcast))
+    assert len(taken) == 1 and (bool(fast.partials) == combine)
+    # a device crash, a unimodal report, or a broadcast with cluster models: device by device
+    plan_r = dataclasses.replace(plan, report=("a",))
+    del vec._plain
+    assert not vec._plain(plan_r, bcast)
+    clusters = ClusterModels({}, {}, {})
+    assert not vec._plain(plan, dataclasses.replace(bcast, clusters=clusters))
+
+
+def test_a_plain_round_whose_bucket_fails_goes_device_by_device(caplog):
+    """A bucket that raises under vmap trains sequentially: the plain round hands every
+    device out one by one after all, with the same numbers."""
+    seq, vec, plan, bcast = host_round({}, objective=_Branchy())
+    assert vec._plain(plan, bcast)
+    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+        b = vec.train(plan, bcast)
+    assert "train sequentially" in caplog.text
+    _same_result(seq.train(plan, bcast), b)
 
 
 class _NotOptedIn(Objective):
