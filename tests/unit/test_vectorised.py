@@ -125,7 +125,7 @@ def test_a_plain_round_hands_the_rows_out_as_device_by_device_would(combine):
     vec._plain = lambda *a: False
     _same_result(fast, vec.train(plan, bcast))
     assert len(taken) == 1 and (bool(fast.partials) == combine)
-    # a device crash, a unimodal report, or a broadcast with cluster models: device by device
+    # a unimodal report or a broadcast with cluster models goes device by device
     plan_r = dataclasses.replace(plan, report=("a",))
     del vec._plain
     assert not vec._plain(plan_r, bcast)
