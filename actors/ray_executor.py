@@ -123,8 +123,6 @@ class RayExecutor:
             raise RaymmError(f"the actors were created for {sum(map(len, self.blocks))} "
                              f"devices, the population has {n}")
         self.scenario = world.scenario
-        self.k = world.scenario.selection.k
-        self.rounds = world.scenario.rounds
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
         pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
         # kept alive for the whole run: a restarted actor is given them again (`_revive`)
@@ -165,7 +163,7 @@ class RayExecutor:
 
     def _poll_next(self, t: int, calls: list[tuple[int, Any, Any, Any]]) -> None:
         """Round t+1's reports: those the training calls return, and a call to each idle actor."""
-        if t >= self.rounds:
+        if t >= self.scenario.rounds:
             self._reports = {}
             return
         early = {i: report for i, _, _, report in calls}
@@ -208,7 +206,7 @@ class RayExecutor:
         before reporting), and `aggregate` replays the round."""
         plan_ref, bcast_ref = planned
         kills = host_kills(self.faults, self.fault_seed, t, len(self.actors))
-        if 4 * len(self.actors) <= self.k:
+        if 4 * len(self.actors) <= self.scenario.selection.k:
             busy = list(range(len(self.actors)))
         else:
             try:
@@ -216,7 +214,7 @@ class RayExecutor:
             except RayError:
                 return None
             busy = [i for i, ids in enumerate(self.blocks) if np.isin(plan.selected, ids).any()]
-        nxt = t + 1 if t < self.rounds else None
+        nxt = t + 1 if t < self.scenario.rounds else None
         calls = []
         for i in busy:
             status, result, report = self.actors[i].train.remote(plan_ref, bcast_ref,

@@ -11,12 +11,11 @@ import numpy as np
 
 from raymm import exchange
 from raymm.data.base import Dataset
-from raymm.device_state import DeviceState
+from raymm.device_state import EMPTY, DeviceState
 from raymm.faults import device_crashes
 from raymm.host import DeviceHost, HostSpec
 from raymm.messages import Broadcast, HostResult, RoundPlan
 from raymm.population import Population
-from raymm.models import LOCAL
 from raymm.policy import Objective
 from raymm.vectorised import (ChunkRun, Request, VectorisedTrainer, _PrecomputedTrainer,
                               why_not_vectorised)
@@ -62,13 +61,10 @@ class VectorisedHost(DeviceHost):
         pre: _PrecomputedTrainer = self.trainer  # type: ignore[assignment]
         requests = []
         starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
-        pop = self.pop
-        offsets, rows, masks = pop.data_offsets, pop.data_indices, pop.sensor_mask
         for dev, crashed in zip(mine.tolist(), crash):
             if crashed:
                 continue
-            held = masks[dev]
-            groups = self.groups_of(held, plan)
+            groups = self.groups_of(self.pop.sensor_mask[dev], plan)
             try:
                 start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
                                                       groups, self.state_of(dev),
@@ -76,10 +72,16 @@ class VectorisedHost(DeviceHost):
             except Exception:  # noqa: BLE001 - the sequential path records the failure
                 continue
             starts[dev] = (start, state)  # `DeviceHost._train` reuses them
-            requests.append(Request(dev, rows[offsets[dev]:offsets[dev + 1]], held,
-                                    tuple(groups), state.adapter, start, dict(state.objective)))
+            requests.append(self._request(dev, groups, start, state))
         runs = self.vec.run(requests, plan.round, broadcast, plan.upload)
         return self._device_by_device(plan, broadcast, requests, runs, starts)
+
+    def _request(self, dev: int, groups: list[str], start: dict[str, np.ndarray] | None = None,
+                 state: DeviceState = EMPTY) -> Request:
+        """Device `dev`'s lock-step work: its training rows and sensors, the groups it trains,
+        its start vectors (None: the broadcast) and what it keeps."""
+        return Request(dev, self.pop.indices(dev), self.pop.sensor_mask[dev], tuple(groups),
+                       state.adapter, start, dict(state.objective))
 
     def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
                           requests: list[Request], runs: list[ChunkRun],
@@ -104,7 +106,7 @@ class VectorisedHost(DeviceHost):
         objective = self.spec.objective
         return (self.spec.training.exchange == "params" and broadcast.clusters is None
                 and plan.upload and not plan.report and not self.states
-                and not (objective.uses_adapter and LOCAL in self.trainer.layout.slots)
+                and not self.vec.use_adapter  # type: ignore[union-attr]
                 and not objective.overrides(Objective.device_extras)
                 and not objective.overrides(Objective.device_finish))
 
@@ -114,11 +116,8 @@ class VectorisedHost(DeviceHost):
         where buckets interleave ids), as `DeviceHost._train` would stack them, without a
         `DeviceOutcome` per device. If a device did not train in lock-step (a bucket raised,
         or it has no samples), the round goes device by device after all."""
-        pop = self.pop
-        offsets, rows, masks = pop.data_offsets, pop.data_indices, pop.sensor_mask
-        requests = [Request(dev, rows[offsets[dev]:offsets[dev + 1]], masks[dev],
-                            tuple(self.groups_of(masks[dev], plan)), None)
-                    for dev in mine.tolist()]
+        masks = self.pop.sensor_mask
+        requests = [self._request(dev, self.groups_of(masks[dev], plan)) for dev in mine.tolist()]
         runs = self.vec.run(requests, plan.round, broadcast)  # type: ignore[union-attr]
         if sum(len(run.reqs) for run in runs) < len(requests):
             return self._device_by_device(plan, broadcast, requests, runs, {})

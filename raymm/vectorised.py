@@ -115,7 +115,6 @@ class ChunkRun:
     loss: np.ndarray                       # float64 [G]: mean minibatch loss
     steps: np.ndarray                      # int [G]: optimizer steps taken
     mean_grads: dict[str, np.ndarray] | None
-    use_adapter: bool
 
     def devices(self) -> np.ndarray:
         return np.array([r.device for r in self.reqs], np.int64)
@@ -133,6 +132,8 @@ class VectorisedTrainer:
         self.sensors = base.dataset.sensors
         self.objective = base.objective
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
+        #: devices train (and hand out) their own adapter, the `local` group
+        self.use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         self.fallback: dict[str, np.ndarray] = {}
         #: per trained parameter, the memory order of its stacked values after the last
         #: lock-step run: the next run lays its starting values out so from the first step
@@ -194,7 +195,7 @@ class VectorisedTrainer:
     def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
                      ) -> ChunkRun:
         base, t = self.base, self.base.training
-        use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
+        use_adapter = self.use_adapter
         groups = list(reqs[0].groups)
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
@@ -254,7 +255,7 @@ class VectorisedTrainer:
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
             losses[:len(loss), i] = loss
         return self._rows(reqs, sources, groups, done.params, losses,
-                          own_steps * t.local_epochs, use_adapter, done.grad_sum)
+                          own_steps * t.local_epochs, done.grad_sum)
 
     def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
@@ -393,24 +394,24 @@ class VectorisedTrainer:
 
     def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
               groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
-              use_adapter: bool, grad_sum: Params | None) -> ChunkRun:
+              grad_sum: Params | None) -> ChunkRun:
         """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
         `steps`: the optimizer steps each device took."""
         g = len(reqs)
         flat = {grp: self._stacked(params, grp, g).cpu().numpy()
-                for grp in groups + ([LOCAL] if use_adapter else [])}
+                for grp in groups + ([LOCAL] if self.use_adapter else [])}
         steps_t = torch.from_numpy(steps).to(losses.device)
         mean_grads = ({grp: (self._stacked(grad_sum, grp, g) / steps_t[:, None].float()
                              ).cpu().numpy().astype(np.float32)
                        for grp in groups}
                       if grad_sum is not None else None)
         mean_loss = (losses.sum(1) / steps_t).cpu().numpy()
-        return ChunkRun(reqs, sources, groups, flat, mean_loss, steps, mean_grads, use_adapter)
+        return ChunkRun(reqs, sources, groups, flat, mean_loss, steps, mean_grads)
 
     def _outcomes(self, run: ChunkRun, rnd: int) -> dict[int, DeviceOutcome]:
         objective = self.objective
         reqs, sources, groups, steps = run.reqs, run.sources, run.groups, run.steps
-        use_adapter, mean_grads = run.use_adapter, run.mean_grads
+        use_adapter, mean_grads = self.use_adapter, run.mean_grads
         # the defaults report and keep nothing: skip reloading the module and copying vectors
         report = objective.device_extras if objective.overrides(Objective.device_extras) \
             else None
