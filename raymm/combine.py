@@ -30,6 +30,8 @@ import numpy as np
 #: contiguous ranges in actors), large enough that a block's partial (one vector) replaces
 #: many rows at typical selection rates.
 BLOCK = 256
+#: rows `block_sums` widens to float64 at a time (a buffer that stays in the core's cache)
+_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ def block_sums(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray
     sums[single] = np.multiply(rows[at], w[at, None], dtype=np.float64)
     wsum[single] = w[at]
     # row after row into the block's own output: the very additions of `np.add.reduce` over
-    # axis 0, without widening all of a block's rows to float64 first
-    product = np.empty(rows.shape[1], dtype=np.float64)
+    # axis 0, without widening all of a block's rows to float64 at once. `_ROWS` rows at a
+    # time are widened and weighted below the running sum in a small buffer, which one reduce
+    # over axis 0 adds up row after row (numpy's call per row cost more than its arithmetic)
+    work = np.empty((_ROWS + 1, rows.shape[1]), dtype=np.float64)
     for j in np.flatnonzero(~single).tolist():
         lo, hi = bounds[j], bounds[j + 1]
         if rows.shape[1] == 1:  # numpy reduces a single column pairwise: keep its order
@@ -76,9 +80,13 @@ def block_sums(rows: np.ndarray, weights: np.ndarray, ids: np.ndarray
         else:
             acc = sums[j]
             acc[:] = 0.0  # reduce starts from add's identity: a sum of -0.0s is +0.0
-            for i in range(lo, hi):
-                np.multiply(rows[i], w[i], out=product, dtype=np.float64)
-                np.add(acc, product, out=acc)
+            for s in range(lo, hi, _ROWS):
+                e = min(s + _ROWS, hi)
+                buf, products = work[:e - s + 1], work[1:e - s + 1]
+                buf[0] = acc
+                np.copyto(products, rows[s:e])
+                np.multiply(products, w[s:e, None], out=products)
+                np.add.reduce(buf, axis=0, out=acc)
         wsum[j] = np.add.reduce(w[lo:hi])
     return block_of[starts], sums, wsum
 

@@ -81,7 +81,7 @@ class VectorisedHost(DeviceHost):
         """Device `dev`'s lock-step work: its training rows and sensors, the groups it trains,
         its start vectors (None: the broadcast) and what it keeps."""
         return Request(dev, self.pop.indices(dev), self.pop.sensor_mask[dev], tuple(groups),
-                       state.adapter, start, dict(state.objective))
+                       state.adapter, start, dict(state.objective) if state.objective else None)
 
     def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
                           requests: list[Request], runs: list[ChunkRun],

@@ -40,6 +40,7 @@ What an objective must provide to train in lock-step (it opts in with `vectorisa
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -122,27 +123,33 @@ class FunctionalOptimizer:
         self.lr, self.momentum, self.weight_decay = (training.lr, training.momentum,
                                                      training.weight_decay)
 
-    def step(self, params: Params, grads: Grads, state: OptimizerState
-             ) -> tuple[Params, OptimizerState]:
+    def step(self, params: Params, grads: Grads, state: OptimizerState,
+             spend: bool = False) -> tuple[Params, OptimizerState]:
+        """`spend`: the caller is done with `grads`, so plain SGD may write the new parameters
+        into their memory (same numbers; it saves a fresh tensor per parameter and step)."""
         with torch.no_grad():
             if self.kind == "adam":
                 return self._adam(params, grads, state)
-            return self._sgd(params, grads, state)
+            return self._sgd(params, grads, state, spend)
 
-    def _sgd(self, params: Params, grads: Grads, state: OptimizerState
+    def _sgd(self, params: Params, grads: Grads, state: OptimizerState, spend: bool
              ) -> tuple[Params, OptimizerState]:
         """torch.optim.SGD's single-tensor arithmetic."""
         out, buf = dict(params), dict(state.buf) if self.momentum else state.buf
+        spare = _spare(grads, params) if spend and not self.momentum else set()
         for name, p in params.items():
             g = grads.get(name)
             if g is None:  # a parameter the loss did not use: torch.optim skips it too
                 continue
+            free = name in spare   # g's memory may take the new parameters
             if self.weight_decay:
-                g = g.add(p, alpha=self.weight_decay)
+                g, free = g.add(p, alpha=self.weight_decay), True
             if self.momentum:
                 b = buf.get(name)
                 g = buf[name] = g if b is None else b.mul(self.momentum).add(g)
-            out[name] = p.add(g, alpha=-self.lr)
+                free = False
+            out[name] = torch.add(p, g, alpha=-self.lr, out=g) if free \
+                else p.add(g, alpha=-self.lr)
         return out, OptimizerState(state.steps, state.m, state.v, buf) if self.momentum \
             else state
 
@@ -241,13 +248,14 @@ class LocalUpdate:
             return loss.detach(), dict(zip(leaves, gs))
         return grads
 
-    def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn
-             ) -> tuple[Params, OptimizerState, Tensor, Grads]:
-        """One minibatch: (new parameters, new optimizer state, loss, gradients); nothing
-        given is changed."""
+    def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
+             keep_grads: bool = True) -> tuple[Params, OptimizerState, Tensor, Grads]:
+        """One minibatch: (new parameters, new optimizer state, loss, gradients -- none unless
+        `keep_grads`, whose memory the step may then reuse); nothing given is changed."""
         loss, grads = grads_of(params, batch)
-        params, state = self.optimizer.step(in_layout_of(params, grads), grads, state)
-        return params, state, loss, grads
+        params, state = self.optimizer.step(in_layout_of(params, grads), grads, state,
+                                            spend=not keep_grads)
+        return params, state, loss, grads if keep_grads else {}
 
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
             grad_sum: bool = False) -> UpdateResult:
@@ -267,7 +275,8 @@ class LocalUpdate:
         for batch in batches:
             if batch.weight is not None:
                 params, state, sums = aside.resize(batch.weight.shape[0], params, state, sums)
-            params, state, loss, grads = self.step(params, state, batch, grads_of)
+            params, state, loss, grads = self.step(params, state, batch, grads_of,
+                                                   keep_grads=sums is not None)
             if sums is not None:
                 for name, g in grads.items():
                     if g is not None:
@@ -275,6 +284,18 @@ class LocalUpdate:
             losses.append(loss)
         params, state, sums = aside.resize(None, params, state, sums)
         return UpdateResult(params, losses, sums)
+
+
+def _spare(grads: Grads, params: Params) -> set[str]:
+    """The gradients whose memory is theirs alone: not a view, not overlapping, shared with
+    no other gradient (autograd may hand one tensor to both inputs of an addition) and with
+    no parameter."""
+    held = {n: g for n, g in grads.items() if g is not None}
+    owners = Counter(t.untyped_storage().data_ptr()
+                     for t in (*held.values(), *params.values()))
+    return {n for n, g in held.items()
+            if g._base is None and g.permute(memory_order(g)).is_contiguous()
+            and owners[g.untyped_storage().data_ptr()] == 1}
 
 
 def in_layout_of(params: Params, grads: Grads) -> Params:

@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -88,9 +88,9 @@ def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = Non
 # --------------------------------------------------------------------------- trainer
 
 
-@dataclass(frozen=True)
-class Request:
-    """One selected device's work this round, as the host would pass it to `LocalTrainer`."""
+class Request(NamedTuple):
+    """One selected device's work this round, as the host would pass it to `LocalTrainer`
+    (a NamedTuple: a host builds one per selected device and round)."""
 
     device: int
     indices: np.ndarray
@@ -334,10 +334,9 @@ class VectorisedTrainer:
         width = steps * self.base.training.batch_size
         gen = torch.Generator()
         seed, randperm = gen.manual_seed, torch.randperm
-        drawn: list[Tensor] = []   # device by device, its epochs in order
-        for s, n in zip(seeds, sizes.tolist()):
-            seed(s)
-            drawn.extend(randperm(n, generator=gen) for _ in range(epochs))
+        # device by device, its epochs in order (`manual_seed` returns the generator)
+        drawn = [randperm(n, generator=seed(s) if e == 0 else gen)
+                 for s, n in zip(seeds, sizes.tolist()) for e in range(epochs)]
         perms = _padded(drawn, width).view(len(reqs), epochs, width).transpose(0, 1)
         return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
 

@@ -24,8 +24,11 @@ def _loss(net: torch.nn.Module, params: dict[str, torch.Tensor] | None, x: torch
     return torch.nn.functional.cross_entropy(out, y)
 
 
-@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.5, 0.01)])
-def test_sgd_equals_torch_sgd(momentum: float, weight_decay: float) -> None:
+@pytest.mark.parametrize("spend", [False, True])
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.5, 0.01),
+                                                   (0.0, 0.01)])
+def test_sgd_equals_torch_sgd(momentum: float, weight_decay: float, spend: bool) -> None:
+    """Also when the step may write into the gradients' memory (`spend`)."""
     torch.manual_seed(0)
     ref = _net()
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=momentum,
@@ -41,9 +44,30 @@ def test_sgd_equals_torch_sgd(momentum: float, weight_decay: float) -> None:
             p.requires_grad_(True)
         grads = torch.autograd.grad(_loss(ref, params, x[step], y[step]),
                                     list(params.values()))
-        params, state = opt.step(params, dict(zip(params, grads)), state)
+        params, state = opt.step(params, dict(zip(params, grads)), state, spend=spend)
     for n, p in ref.named_parameters():
         assert torch.equal(p.detach(), params[n]), n
+
+
+def test_a_spent_gradient_is_written_only_where_no_one_else_reads_it() -> None:
+    """Autograd hands one tensor to both inputs of an addition: writing `a`'s update into
+    it would change the gradient `b` steps with. Views and broadcast gradients are not
+    written either."""
+    a, b, c = torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)
+    leaves = [t.clone().requires_grad_(True) for t in (a, b, c)]
+    loss = ((leaves[0] + leaves[1]) ** 2).sum() + leaves[2].sum()
+    grads = dict(zip("abc", torch.autograd.grad(loss, leaves)))
+    assert grads["a"] is grads["b"] and grads["c"].stride() == (0, 0)  # what is checked
+    want = {n: p.add(grads[n], alpha=-0.1) for n, p in zip("abc", (a, b, c))}
+    got, _ = FunctionalOptimizer(_spec("sgd")).step(dict(zip("abc", (a, b, c))), grads,
+                                                    OptimizerState(), spend=True)
+    for n in "abc":
+        assert torch.equal(got[n], want[n]), n
+    fresh = {"w": torch.randn(2, 5)}
+    grad = torch.ones(2, 5)
+    got, _ = FunctionalOptimizer(_spec("sgd")).step(fresh, {"w": grad}, OptimizerState(),
+                                                    spend=True)
+    assert got["w"].data_ptr() == grad.data_ptr()  # a gradient of its own is reused
 
 
 def test_unused_parameters_are_left_alone() -> None:
