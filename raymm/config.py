@@ -171,7 +171,7 @@ class TrainingSpec(Strict):
     vectorise: bool = False
     #: at most this many devices per lock-step program (bounds memory; results do not depend
     #: on it)
-    vectorise_chunk: int = Field(default=512, ge=1)
+    vectorise_chunk: int = Field(default=1024, ge=1)
     #: what a device keeps between rounds and exchanges with the server (see raymm.exchange):
     #: "params" downloads the server's vectors whenever selected and uploads trained vectors;
     #: "delta" keeps its own parameters, downloads at the first round of each sync window and
