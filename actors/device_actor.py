@@ -35,6 +35,10 @@ from raymm.torch_device import choose_torch_device
 from raymm.warmup import warm_up, warm_up_transforms
 
 
+class NoHostYet(RuntimeError):
+    """The actor was (re)started and not set up yet; the driver then sets it up and retries."""
+
+
 @ray.remote
 class DeviceActor:
     def __init__(self, device_ids: np.ndarray) -> None:
@@ -76,8 +80,8 @@ class DeviceActor:
     @property
     def host(self) -> DeviceHost:
         if self._host is None:
-            raise RuntimeError("this DeviceActor has no host yet: the executor calls `setup` "
-                               "first (again after Ray restarted it)")
+            raise NoHostYet("this DeviceActor has no host yet: the executor calls `setup` "
+                            "first (again after Ray restarted it)")
         return self._host
 
     def startup(self) -> dict[str, float]:

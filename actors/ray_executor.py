@@ -34,7 +34,7 @@ import numpy as np
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
-from actors.device_actor import DeviceActor
+from actors.device_actor import DeviceActor, NoHostYet
 from actors.packing import Packing, plan_packing
 from actors.quiet import (driver_stderr_captured, loopback_only, quiet_ray, ray_logging_level,
                           verbose)
@@ -290,12 +290,17 @@ class RayExecutor:
         try:
             self._restore(i, state)
         except RayError:
+            # a fresh actor, once the old one is gone for good: while Ray keeps restarting it,
+            # it holds the CPUs the new one needs (on a small cluster, all of them)
+            ray.kill(self.actors[i], no_restart=True)
             self.actors[i] = self._new_actor(self.blocks[i])
             self._restore(i, state)
 
     def _restore(self, i: int, state: dict[int, Any]) -> None:
-        """Set the actor up and load the state; while Ray is still restarting it, calls fail
-        as unavailable (both calls are idempotent): ask again until REVIVE_TIMEOUT_S."""
+        """Set the actor up and load the state. While Ray is still restarting it, calls fail
+        as unavailable, and a `setup` sent then may be lost while the `load_state_dict` behind
+        it reaches the restarted actor, which has no host yet: both calls are idempotent, so
+        ask again, until REVIVE_TIMEOUT_S."""
         deadline = time.monotonic() + REVIVE_TIMEOUT_S
         while True:
             a = self.actors[i]
@@ -303,7 +308,7 @@ class RayExecutor:
                 ray.get([a.setup.remote(*self._shared), a.load_state_dict.remote(state)],
                         timeout=max(deadline - time.monotonic(), 1.0))
                 return
-            except ActorUnavailableError:
+            except (ActorUnavailableError, NoHostYet):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)

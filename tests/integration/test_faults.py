@@ -138,3 +138,40 @@ def wait_until_restarted(actor, timeout_s: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@pytest.mark.ray
+def test_a_revived_actor_whose_setup_was_lost_is_set_up_again(ray_session):
+    """While Ray restarts an actor, the `setup` sent to it can be lost while the
+    `load_state_dict` behind it reaches the restarted actor, which has no host yet: the driver
+    sets it up again and loads the state into that same actor (it used to give up on it and
+    start another, which on a small cluster waited for the CPUs the old one still held)."""
+    from actors.device_actor import NoHostYet
+    from actors.ray_executor import RayExecutor
+
+    @ray_session.remote(num_cpus=0)
+    class LostFirstSetup:
+        def __init__(self) -> None:
+            self.setups, self.host, self.state = 0, None, None
+
+        def setup(self, *shared) -> None:
+            self.setups += 1
+            if self.setups > 1:   # the first one never arrived
+                self.host = "built"
+
+        def load_state_dict(self, state) -> None:
+            if self.host is None:
+                raise NoHostYet("no host yet")
+            self.state = state
+
+        def seen(self):
+            return self.setups, self.host, self.state
+
+    ex = RayExecutor.__new__(RayExecutor)   # just what reviving reads
+    actor = LostFirstSetup.remote()
+    ex.actors, ex._shared = [actor], ()
+    ex.blocks, ex.vault = [np.array([3, 4])], {3: "kept by 3", 9: "someone else's"}
+    ex._revive(0)
+    assert ex.actors[0] is actor
+    assert ray_session.get(actor.seen.remote()) == (2, "built", {3: "kept by 3"})
+    ray_session.kill(actor)
