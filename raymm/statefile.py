@@ -151,7 +151,8 @@ class _Decoder:
             keys = [self.key([k, None]) for k in v["keys"]]
             if stacked.ndim == 0 or stacked.shape[0] != len(keys):
                 raise _bad(f"stacked tensor {v['$s']!r} does not match its {len(keys)} keys")
-            return {k: stacked[i] for i, k in enumerate(keys)}
+            # `[i, ...]`: a view even of stacked 0-d arrays (`[i]` would give numpy scalars)
+            return {k: stacked[i, ...] for i, k in enumerate(keys)}
         raise _bad(f"unknown or malformed tag {tag!r}")
 
     @staticmethod

@@ -59,6 +59,15 @@ def test_any_supported_tree_round_trips_exactly(tree, tmp_path_factory):
     assert meta["version"] == str(statefile.VERSION)
 
 
+def test_stacked_zero_dimensional_arrays_come_back_as_arrays():
+    """Found by the round-trip property: 0-d arrays of one dtype are stacked like any others,
+    and each must come back a 0-d array, not a numpy scalar."""
+    tree = {"": np.array(0.0, np.float32), 0: np.array(2.5, np.float32)}
+    skeleton, tensors = statefile.encode(tree)
+    assert "$s" in skeleton
+    same(tree, statefile.decode(skeleton, tensors))
+
+
 def test_devices_with_equal_arrays_are_stacked_into_one_tensor():
     hosts = {d: np.full(3, d, np.float32) for d in range(1000)}
     skeleton, tensors = statefile.encode({"hosts": hosts})
