@@ -343,12 +343,8 @@ class VectorisedTrainer:
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
         """Dataset rows of the devices' permuted local positions (padding: each device's first
         row, weighted 0), as [G, steps, B]."""
-        width = perms.shape[1]
-        local = np.zeros((len(reqs), width), dtype=np.int64)
-        sizes = np.array([r.indices.shape[0] for r in reqs])
-        # row-major order of the real positions is the devices' index arrays one after another
-        local[np.arange(width)[None, :] < sizes[:, None]] = np.concatenate(
-            [r.indices for r in reqs])
+        local = _left_aligned(np.concatenate([r.indices for r in reqs]),
+                              np.array([r.indices.shape[0] for r in reqs]), perms.shape[1])
         rows = torch.from_numpy(local).gather(1, perms)
         return rows.view(len(reqs), steps, -1).to(self.base.device)
 
@@ -466,15 +462,20 @@ class VectorisedTrainer:
 
 
 def _padded(drawn: list[Tensor], width: int) -> Tensor:
-    """The draws as rows of one [len(drawn), width] matrix, padded with 0: all of them in one
-    masked write (the real positions, row-major, are the draws one after another; an indexed
-    write per device cost more than the draw itself, `pad_sequence` 8x this)."""
+    """The draws as rows of one [len(drawn), width] matrix, padded with 0 (an indexed write
+    per device cost more than the draw itself, `pad_sequence` 8x `_left_aligned`)."""
     if all(d.shape[0] == width for d in drawn):
         return torch.stack(drawn)
     sizes = np.array([d.shape[0] for d in drawn])
-    out = np.zeros((len(drawn), width), dtype=np.int64)
-    out[np.arange(width)[None, :] < sizes[:, None]] = torch.cat(drawn).numpy()
-    return torch.from_numpy(out)
+    return torch.from_numpy(_left_aligned(torch.cat(drawn).numpy(), sizes, width))
+
+
+def _left_aligned(flat: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
+    """[len(sizes), width] int64: row i holds the next `sizes[i]` values of `flat`, then
+    zeros. One masked write: row-major, the real positions are the pieces one after another."""
+    out = np.zeros((sizes.shape[0], width), dtype=np.int64)
+    out[np.arange(width)[None, :] < sizes[:, None]] = flat
+    return out
 
 
 # --------------------------------------------------------------------------- host
