@@ -1,0 +1,116 @@
+"""Where a round's time goes, phase by phase (serial executor: every phase in this process).
+
+    python scenarios/scripts/round_phases.py scenarios/bench/standard.yaml --rounds 14 \
+        --set dataset.clients=5000 --set population.devices=5000 --set selection.k=500
+
+runs the scenario on the serial executor without evaluations and prints the steady round time
+(median and mean over rounds 3..R: round 1 carries start-up, round 2 the first allocations of
+full size) and, per phase, the milliseconds per steady round spent in it. Phases nest (the local
+update is part of the lock-step programs, which are part of the host's training), so they do
+not add up; what the host's training leaves of a round is the server's and the engine's. On Ray
+the host phases run in the DeviceActors, each on its share of the selected devices, and Ray's
+hops come on top (docs/cluster.md measures them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+#: (module, class, method, what it is), outermost first
+PHASES = [
+    ("raymm.host", "DeviceHost", "train", "host: training (sequential)"),
+    ("raymm.hosts", "VectorisedHost", "train", "host: training (lock-step)"),
+    ("raymm.vectorised", "VectorisedTrainer", "run", "  lock-step programs"),
+    ("raymm.local_update", "LocalUpdate", "run", "    local update (minibatch loop)"),
+    ("raymm.local_update", "FunctionalOptimizer", "step", "      optimizer steps"),
+    ("raymm.vectorised", "VectorisedTrainer", "_all_epoch_rows", "    minibatch orders"),
+    ("raymm.vectorised", "VectorisedTrainer", "_rows", "    rows out of the stacks"),
+    ("raymm.host", "DeviceHost", "_presum", "  block sums"),
+    ("raymm.server", "Server", "plan", "server: selection and schedule"),
+    ("raymm.server", "Server", "aggregate", "server: aggregation"),
+]
+
+
+class PhaseTimer:
+    """Wall seconds spent in each of `PHASES`, while in its `with` block."""
+
+    def __init__(self) -> None:
+        self.seconds = {label: 0.0 for *_, label in PHASES}
+        self._undo: list[Callable[[], None]] = []
+
+    def __enter__(self) -> PhaseTimer:
+        for module, cls_name, method, label in PHASES:
+            cls = getattr(import_module(module), cls_name)
+            self._wrap(cls, method, label)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for undo in reversed(self._undo):
+            undo()
+
+    def _wrap(self, cls: type, method: str, label: str) -> None:
+        own = cls.__dict__[method]
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return own(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - start
+
+        setattr(cls, method, timed)
+        self._undo.append(lambda: setattr(cls, method, own))
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+
+
+def profile(scenario: Path, overrides: list[str], out: Path
+            ) -> tuple[list[float], dict[str, float]]:
+    """(wall seconds of every round, seconds per phase summed over rounds 3..R)."""
+    from raymm.api import run
+
+    walls: list[float] = []
+    with PhaseTimer() as timer:
+        def on_round(row: dict[str, Any]) -> None:
+            walls.append(row["wall_seconds"])
+            if row["round"] == 2:
+                timer.reset()
+
+        run(scenario, [*overrides, "eval.every=1000000"], out=out, executor="serial",
+            on_round=on_round)
+    return walls, timer.seconds
+
+
+def report(walls: list[float], seconds: dict[str, float]) -> str:
+    steady = walls[2:]
+    lines = [f"steady round (rounds 3..{len(walls)}): median {1e3 * statistics.median(steady):.2f}"
+             f" ms, mean {1e3 * statistics.mean(steady):.2f} ms", "ms per steady round:"]
+    lines += [f"  {label:40s} {1e3 * s / len(steady):8.2f}" for label, s in seconds.items() if s]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("scenario", type=Path)
+    p.add_argument("--rounds", type=int, default=14, help="rounds to run (at least 3)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="scenario override, as for `raymm run`")
+    p.add_argument("--out", type=Path, default=Path("runs/phases"))
+    args = p.parse_args(argv)
+    if args.rounds < 3:
+        p.error("--rounds: at least 3 (rounds 1 and 2 are not steady)")
+    walls, seconds = profile(args.scenario, [*args.set, f"rounds={args.rounds}"], args.out)
+    print(report(walls, seconds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`scenarios/scripts/round_phases.py`: where a round's time goes, phase by phase."""
+
+import yaml
+
+from helpers import REPO, load_script, tiny_scenario
+
+
+def script():
+    return load_script(REPO / "scenarios" / "scripts" / "round_phases.py")
+
+
+def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    walls, seconds = script().profile(path, ["rounds=5"], tmp_path / "out")
+    assert len(walls) == 5
+    steady = sum(walls[2:])
+    host = seconds["host: training (lock-step)"]
+    assert 0 < host <= steady
+    assert 0 < seconds["    local update (minibatch loop)"] <= host
+    assert 0 < seconds["server: aggregation"] < steady - host + 1e-3
+    assert seconds["host: training (sequential)"] == 0.0  # every bucket trained in lock-step
+    text = script().report(walls, seconds)
+    assert "steady round (rounds 3..5)" in text and "optimizer steps" in text
+
+
+def test_the_classes_are_left_as_they_were(tmp_path):
+    from raymm.local_update import LocalUpdate
+    from raymm.server import Server
+
+    before = (LocalUpdate.run, Server.plan)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario()))
+    script().profile(path, ["rounds=3"], tmp_path / "out")
+    assert (LocalUpdate.run, Server.plan) == before
+
+
+def test_too_few_rounds_is_refused(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        script().main(["scenarios/quickstart.yaml", "--rounds", "2"])
+    assert exc.value.code == 2 and "at least 3" in capsys.readouterr().err
