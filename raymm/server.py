@@ -25,13 +25,13 @@ from raymm.metrics import robustness_metrics
 from raymm.messages import (
     MODALITY_CORRECT,
     Broadcast,
-    plan_from_state,
-    plan_state,
     DeviceEval,
     HostResult,
     OnlineReport,
     RoundPlan,
     merge_results,
+    plan_from_state,
+    plan_state,
 )
 from raymm.models import GroupLayout
 from raymm.observations import Observations

@@ -122,7 +122,8 @@ class ChunkRun:
 
 class VectorisedTrainer:
     """Trains buckets of devices in lock-step on the module of a `LocalTrainer` (shared, or a
-    copy on the accelerator). Returns `DeviceOutcome`s equal to the sequential path's."""
+    copy on the accelerator): `run` gives the trained rows, `outcomes` the `DeviceOutcome`s
+    the sequential path would give."""
 
     def __init__(self, base: LocalTrainer, chunk: int = 1024) -> None:
         self.base = base
@@ -142,15 +143,10 @@ class VectorisedTrainer:
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
 
-    def train(self, requests: list[Request], rnd: int, broadcast: Broadcast,
-              upload: bool = True) -> dict[int, DeviceOutcome]:
-        """Outcomes of every device whose bucket trained; devices of a bucket that raised are
-        left out (the caller trains them sequentially) and the error is logged."""
-        return self.outcomes(self.run(requests, rnd, broadcast, upload), rnd)
-
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True) -> list[ChunkRun]:
-        """`train` up to the rows: one `ChunkRun` per lock-step program that ran."""
+        """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
+        left out (the caller trains them sequentially) and the error is logged."""
         # values for groups a device's start vectors do not name: the round's broadcast, else
         # the module's current ones (as the sequential path leaves them in the module)
         self.layout.load(self.model, broadcast.params)
@@ -200,7 +196,7 @@ class VectorisedTrainer:
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
             raise ValueError("no trainable parameters")
-        sources = [self._sources(r, use_adapter) for r in reqs]
+        sources = [self._sources(r) for r in reqs]
         params, shared, dev_frozen = self._initial(sources, names)
         anchor = dict(params)
         local_t = self._device_tensors(reqs, groups)
@@ -257,14 +253,14 @@ class VectorisedTrainer:
         return self._rows(reqs, sources, groups, done.params, losses,
                           own_steps * t.local_epochs, done.grad_sum)
 
-    def _sources(self, r: Request, use_adapter: bool) -> dict[str, np.ndarray]:
+    def _sources(self, r: Request) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `LocalTrainer.train` loads
         them: its start vectors (default the broadcast), then its adapter."""
         start = self.received if r.start is None else r.start
         src = {g: start[g] if g in start else
                self.received[g] if g in self.received else self.fallback[g]
                for g in self.layout.slots}
-        if use_adapter:
+        if self.use_adapter:
             src[LOCAL] = self.base.adapter_start(r.local)
         return src
 
@@ -418,7 +414,7 @@ class VectorisedTrainer:
         for i, r in enumerate(reqs):
             updates = {grp: rows[grp][i] for grp in groups}
             local = rows[LOCAL][i].copy() if use_adapter else r.local
-            extras = self._device_extras(report, r, sources[i], updates, local, use_adapter) \
+            extras = self._device_extras(report, r, sources[i], updates, local) \
                 if report is not None else {}
             new_state: dict[str, np.ndarray] = {}
             if finishes:
@@ -447,18 +443,18 @@ class VectorisedTrainer:
 
     def _device_extras(self, report: Callable[..., Any], r: Request,
                        source: dict[str, np.ndarray], updates: dict[str, np.ndarray],
-                       local: np.ndarray | None, use_adapter: bool) -> dict[str, np.ndarray]:
+                       local: np.ndarray | None) -> dict[str, np.ndarray]:
         """The module as the sequential path leaves it after training this device: its
         starting values, its trained groups and its adapter."""
         base = self.base
         self.layout.load(self.model, source)
         self.layout.load(self.model, updates)
-        if use_adapter and local is not None:
+        if self.use_adapter and local is not None:
             self.layout.load(self.model, {LOCAL: local})
         idx = torch.from_numpy(r.indices.astype(np.int64))
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
-                           use_adapter))
+                           self.use_adapter))
 
 
 def _padded(drawn: list[Tensor], width: int) -> Tensor:
