@@ -1,6 +1,8 @@
 """The Ray boundary: DeviceActor, ServerActor, the Ray executor and resource packing.
 
 Thin shells only: every decision is a call into `raymm` (the core) or `policies`.
+
+May import: base, io, config, data, models, population, protocol, device, server, sim.
 """
 
 import time

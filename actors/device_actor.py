@@ -5,7 +5,7 @@ actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda
 
 An actor is created before the driver has loaded the data (its process start and imports --
 torch, raymm -- overlap the driver's work) and gets the shared objects in `setup`, which builds
-its host and warms it up (`raymm.warmup`) while the server plans round 1. An actor that Ray
+its host and warms it up (`raymm.device.warmup`) while the server plans round 1. An actor that Ray
 restarted after a crash has re-run only its constructor: it has no host and has lost its
 devices' local state. Until the executor gives both back (`setup`, then `load_state_dict`), it
 refuses to report or train, so the crash is seen, never hidden behind devices that silently
@@ -27,12 +27,12 @@ import torch
 import actors
 from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
-from raymm.host import DeviceHost, HostSpec
-from raymm.hosts import make_host
-from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
-from raymm.population import Population
-from raymm.torch_device import choose_torch_device
-from raymm.warmup import warm_up, warm_up_transforms
+from raymm.device.host import DeviceHost, HostSpec
+from raymm.device.lockstep_host import make_host
+from raymm.device.torch_device import choose_torch_device
+from raymm.device.warmup import warm_up, warm_up_transforms
+from raymm.population.devices import Population
+from raymm.protocol.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 
 
 class NoHostYet(RuntimeError):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raymm.combine import BLOCK
-from raymm.config import ActorSpec
+from raymm.config.schema import ActorSpec
 from raymm.errors import RaymmError
+from raymm.protocol.combine import BLOCK
 
 
 class ResourceError(RaymmError):
@@ -73,10 +73,10 @@ def plan_packing(n_devices: int, devices_per_actor: int | str, actor: ActorSpec,
 def block_aligned(n_devices: int, n_actors: int) -> Packing | None:
     """Boundaries at the multiples of `combine.BLOCK` nearest to the even split; None when an
     actor would get no device or the largest one would exceed the even share by over 10%.
-    An actor that hosts whole blocks sends each block's pre-summed vector (`raymm.combine`);
-    a block cut by a boundary travels as one row per selected device instead: at 1,000
-    devices on two actors that was a quarter of a block's senders as rows, ~0.45 MB through
-    Ray's object store rather than inline."""
+    An actor that hosts whole blocks sends each block's pre-summed vector
+    (`raymm.protocol.combine`); a block cut by a boundary travels as one row per selected device
+    instead: at 1,000 devices on two actors that was a quarter of a block's senders as rows, ~0.45
+    MB through Ray's object store rather than inline."""
     if n_actors < 2:
         return None
     starts = tuple(round(i * n_devices / n_actors / BLOCK) * BLOCK for i in range(n_actors))

@@ -1,8 +1,8 @@
-"""Process-level tuning for long-lived simulator actors (`raymm.memory`, shared with the serial
-executor)."""
+"""Process-level tuning for long-lived simulator actors (`raymm.sim.allocator`, shared with the
+serial executor)."""
 
 from __future__ import annotations
 
-from raymm.memory import keep_freed_memory
+from raymm.sim.allocator import keep_freed_memory
 
 __all__ = ["keep_freed_memory"]

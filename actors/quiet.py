@@ -31,6 +31,7 @@ def quiet_ray() -> None:
     Ray's driver prints the errors the raylet publishes (a worker died, ...) on stdout, among
     raymm's result lines: they go to stderr with -v and nowhere otherwise (the rounds table
     counts the faults, Ray's logs keep the details)."""
+    # deferred: Ray's private modules, looked up only where they are patched
     import ray._private.worker as ray_worker
 
     if not verbose():
@@ -52,6 +53,7 @@ def loopback_only() -> Iterator[None]:
     host (its switch for macOS/Windows); its servers bind the node address. Ray's processes
     start inside the block and keep the setting; afterwards this process asks its node for the
     address, so the switch is put back (a later connection to a cluster needs the real one)."""
+    # deferred: Ray's private modules, looked up only where they are patched
     from ray._private import ray_constants
 
     key = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

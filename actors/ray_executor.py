@@ -36,16 +36,21 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from actors.device_actor import DeviceActor, NoHostYet
 from actors.packing import Packing, plan_packing
-from actors.quiet import (driver_stderr_captured, loopback_only, quiet_ray, ray_logging_level,
-                          verbose)
+from actors.quiet import (
+    driver_stderr_captured,
+    loopback_only,
+    quiet_ray,
+    ray_logging_level,
+    verbose,
+)
 from actors.server_actor import ServerActor
-from raymm.config import ExecutionSpec, Scenario
-from raymm.engine import Trained, World, plans_ahead
+from raymm.config.schema import ExecutionSpec, Scenario
+from raymm.device.lockstep import why_not_vectorised
 from raymm.errors import RaymmError
-from raymm.faults import host_kills
-from raymm.local import build_model
-from raymm.round_record import RoundRecord
-from raymm.vectorised import why_not_vectorised
+from raymm.models.build import build_model
+from raymm.population.faults import host_kills
+from raymm.protocol.record import RoundRecord
+from raymm.sim.engine import Trained, World, plans_ahead
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
@@ -81,7 +86,7 @@ def warn_if_not_vectorised(world: World) -> None:
         why = why_not_vectorised(world.host_spec.objective,
                                  build_model(world.dataset, sc.model, sc.seed))
         if why:
-            logging.getLogger("raymm.vectorised").warning("training sequentially: %s", why)
+            logging.getLogger("raymm.device.lockstep").warning("training sequentially: %s", why)
 
 
 class RayExecutor:

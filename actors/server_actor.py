@@ -1,4 +1,4 @@
-"""ServerActor: owns the global state; a thin shell around `raymm.server.Server`.
+"""ServerActor: owns the global state; a thin shell around `raymm.server.server.Server`.
 
 Created before the driver has loaded the data, like the DeviceActors: its process start and
 imports (sklearn's included, for the evaluation's macro F1) overlap the driver's work, and
@@ -12,12 +12,12 @@ import numpy as np
 import ray
 
 from actors.process import keep_freed_memory
-from raymm.config import Scenario
+from raymm.config.schema import Scenario
 from raymm.data.base import Dataset
-from raymm.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
-from raymm.population import Population
-from raymm.round_record import RoundRecord
-from raymm.server import Policies, Server, preload
+from raymm.population.devices import Population
+from raymm.protocol.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
+from raymm.protocol.record import RoundRecord
+from raymm.server.server import Policies, Server, preload
 
 
 @ray.remote

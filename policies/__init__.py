@@ -1,6 +1,8 @@
 """Pluggable decisions: selection, aggregation, schedules, local objectives, and presets.
 
-Importing this package registers every policy in `raymm.registry`. Never imports Ray.
+Importing this package registers every policy in `raymm.protocol.registry`. Never imports Ray.
+
+May import: base, io, config, data, models, population, protocol.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raymm.config import deep_merge
+from raymm.config.schema import deep_merge
 
 PRESETS: dict[str, dict[str, Any]] = {
     # plain FedAvg on the multimodal model: every selected device trains and uploads every group

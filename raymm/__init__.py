@@ -13,15 +13,18 @@ __all__ = ["__version__", "run", "load_scenario", "load_model"]
 
 def __getattr__(name: str):  # lazy, so `import raymm` stays cheap (no torch import)
     if name == "run":
-        from raymm.api import run
+        # deferred: `import raymm` stays cheap (no torch, no Ray)
+        from raymm.app.api import run
 
         return run
     if name == "load_scenario":
-        from raymm.api import load_scenario
+        # deferred: `import raymm` stays cheap (no torch, no Ray)
+        from raymm.app.build import load_scenario
 
         return load_scenario
     if name == "load_model":
-        from raymm.model_file import load_model
+        # deferred: `import raymm` stays cheap (no torch, no Ray)
+        from raymm.models.saved import load_model
 
         return load_model
     raise AttributeError(name)

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from fedmchain_table import PLAIN, _stat, columns, markdown, run_once, table_rows
+
 from policies.schedule.chain import ChainParams
 from policies.schedule.order import ORDER_RULES
-from raymm.api import load_scenario
-from raymm.config import apply_overrides, read_yaml
+from raymm.app.build import load_scenario
+from raymm.config.schema import apply_overrides, read_yaml
 from raymm.data import dataset_sensors
-from raymm.metrics import acc_at_budget
-from raymm.rundir import GIB
+from raymm.server.metrics import acc_at_budget
+from raymm.units import GIB
 
 
 def with_section(raw: dict[str, Any], section: str, **values: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The protocol (docs/reproducing.md): every method runs the same scenario (data, partition,
 model, optimizer), the same total rounds and the same sync period υ (`training.sync_every`,
-via `raymm.variants.method_variant`: FedAvg, FedProx and SCAFFOLD average every υ rounds), on
+via `raymm.app.variants.method_variant`: FedAvg, FedProx and SCAFFOLD average every υ rounds), on
 every seed; `--per-round` adds the parameter-averaging baselines at υ = 1 as extra rows. Each
 cell is mean ± std over seeds; Acc@B is every run's best evaluated accuracy while its traffic
 stayed within B = FedMChain's mean total traffic.
@@ -26,12 +26,13 @@ from typing import Any
 import pandas as pd
 
 import policies
-from raymm.api import load_scenario, run
-from raymm.config import apply_overrides, read_yaml
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.app.variants import method_variant
+from raymm.config.schema import apply_overrides, read_yaml
 from raymm.data import DATASETS, dataset_params
-from raymm.metrics import acc_at_budget
-from raymm.rundir import GIB
-from raymm.variants import method_variant
+from raymm.server.metrics import acc_at_budget
+from raymm.units import GIB
 
 METHODS = ["fedmchain", "fedavg", "fedprox", "scaffold", "local", "fedmchain_wo_mcft",
            "fedmchain_wo_ssca", "fedmchain_wo_ra", "fedmchain_wo_rc", "fedmchain_wo_rarc",

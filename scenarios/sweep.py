@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from raymm.cli import main
+from raymm.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["sweep", *sys.argv[1:]]))

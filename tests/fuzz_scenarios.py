@@ -128,7 +128,7 @@ def alarm(seconds: int):
 
 def call(argv: list[str], seconds: int) -> tuple[int | str, str]:
     """(exit code or "hang"/"traceback", stderr) of `raymm ARGV` in this process."""
-    from raymm.cli import main
+    from raymm.app.cli import main
 
     err, out = io.StringIO(), io.StringIO()
     try:

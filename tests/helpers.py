@@ -57,11 +57,11 @@ def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) ->
     (sequential host, lock-step host, plan, broadcast)."""
     import numpy as np
 
-    from raymm.api import build_world, load_scenario
-    from raymm.host import DeviceHost, HostSpec
-    from raymm.messages import Broadcast, RoundPlan
-    from raymm.server import Server
-    from raymm.hosts import make_host
+    from raymm.app.build import build_world, load_scenario
+    from raymm.device.host import DeviceHost, HostSpec
+    from raymm.device.lockstep_host import make_host
+    from raymm.protocol.messages import Broadcast, RoundPlan
+    from raymm.server.server import Server
 
     sc = load_scenario(tiny_scenario(**sc_overrides))
     world = build_world(sc)
@@ -94,8 +94,8 @@ def resume_from_round_3(tmp_path: Path, ref: Any) -> Any:
     resume from it."""
     import shutil
 
-    from raymm.api import run
-    from raymm.checkpoint import load
+    from raymm.app.api import run
+    from raymm.driver.checkpoint import load
 
     copy = tmp_path / "copy"
     shutil.copytree(ref.run_dir, copy)

@@ -1,4 +1,13 @@
 """Aggregation policies (how updates combine)."""
 
 from policies.aggregation import (  # noqa: F401  (import registers)
-    delta_mean, fedavg, fedopt, fedproto, harmony, scaffold, ssca, tide, trimmed_mean)
+    delta_mean,
+    fedavg,
+    fedopt,
+    fedproto,
+    harmony,
+    scaffold,
+    ssca,
+    tide,
+    trimmed_mean,
+)

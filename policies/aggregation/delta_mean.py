@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.aggregation.fedavg import FedAvg
-from raymm.registry import AGGREGATORS
+from raymm.protocol.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("delta_mean")

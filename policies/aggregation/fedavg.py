@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, Aggregator
-from raymm.registry import AGGREGATORS
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext, Aggregator
 
 
 @AGGREGATORS.register("fedavg")
@@ -18,7 +18,7 @@ class FedAvg(Aggregator):
     """Sample-weighted mean of each group over the devices that sent it (FedAvg; intra-pod
     merging when devices upload only their sensors' groups)."""
 
-    #: needs only per-group weighted sums: hosts may send them pre-summed (raymm.combine)
+    #: needs only per-group weighted sums: hosts may send them pre-summed (raymm.protocol.combine)
     combinable = True
 
     def __init__(self, params: object) -> None:

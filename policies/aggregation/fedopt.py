@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, Aggregator
-from raymm.registry import AGGREGATORS
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext, Aggregator
 
 
 class FedOptParams(BaseModel):
@@ -146,7 +146,7 @@ class FedYogi(_FedOpt):
     rule = "yogi"
 
 
-# Periodic sync (training.exchange: delta, raymm.variants.PERIODIC_TWIN): devices upload their
+# Periodic sync (training.exchange: delta, raymm.app.variants.PERIODIC_TWIN): devices upload their
 # change since the window's base, which is the global vector the server holds at the sync, so
 # the weighted mean delta is the pseudo-gradient itself. One server step per sync.
 @AGGREGATORS.register("fedadagrad_delta")

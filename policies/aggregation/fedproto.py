@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from policies.objective.fedproto import COUNTS, MASK, MEANS, PROTO
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, Aggregator
-from raymm.registry import AGGREGATORS
-
-FLOAT_BYTES = 4
+from raymm.config.schema import Scenario
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext, Aggregator
+from raymm.units import FLOAT_BYTES
 
 
 def average_prototypes(means: np.ndarray, counts: np.ndarray, protos: np.ndarray | None,
@@ -54,7 +54,7 @@ class FedProtoAggregation(Aggregator):
         self._payload: tuple[int, dict[str, np.ndarray]] | None = None
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any,
+    def check_scenario(params: object, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.objective.name != "fedproto":

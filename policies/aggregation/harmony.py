@@ -7,8 +7,8 @@ only multimodal devices train and send; under late fusion they fine-tune the sen
 which would change what a unimodal device predicts with, although in Harmony a unimodal device
 never takes part in fusion learning and keeps its stage-1 model. So the server keeps the sensor
 groups as they stood at the end of stage 1 and offers them, as one alternative model per group
-(`raymm.messages.ClusterModels`), to every device holding a single sensor: those devices are
-evaluated with it. Multimodal devices use the global vectors.
+(`raymm.protocol.messages.ClusterModels`), to every device holding a single sensor: those devices
+are evaluated with it. Multimodal devices use the global vectors.
 
 Not modelled (docs/methods/harmony.md): the fusion stage's clustering of devices by modality
 bias (one cluster: the fusion part is averaged over all multimodal senders).
@@ -22,11 +22,12 @@ import numpy as np
 
 from policies.aggregation.fedavg import FedAvg
 from policies.schedule.harmony import HarmonyParams, fusion_start
+from raymm.config.schema import Scenario
 from raymm.errors import refuse
-from raymm.messages import ClusterModels, UpdateBatch
 from raymm.models.network import SHARED
-from raymm.policy import AggregationContext
-from raymm.registry import AGGREGATORS
+from raymm.protocol.messages import ClusterModels, UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext
 
 
 @AGGREGATORS.register("harmony")
@@ -45,14 +46,14 @@ class HarmonyAggregation(FedAvg):
         self.round = 0                                    # the round being planned
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any,
+    def check_scenario(params: object, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         if scenario.schedule.name != "harmony":
             return ["aggregation.name: harmony keeps the modality-wise stage's models; set "
                     f"schedule: {{name: harmony}} (got {scenario.schedule.name!r})"]
         return []
 
-    def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+    def bind(self, sc: Scenario, sensors: tuple[str, ...]) -> None:
         refuse(self.check_scenario(self.params, sc, sensors))
         params = HarmonyParams(**sc.schedule.params())
         self.fusion_start = fusion_start(sc.rounds, params.modality_fraction)

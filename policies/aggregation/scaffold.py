@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from policies.aggregation.fedavg import FedAvg
-from policies.objective.scaffold import C, DC
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext
-from raymm.registry import AGGREGATORS
+from policies.objective.scaffold import DC, C
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext
 
 
 @AGGREGATORS.register("scaffold")

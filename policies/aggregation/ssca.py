@@ -44,9 +44,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm import seeding
-from raymm.messages import ClusterModels, UpdateBatch
-from raymm.policy import AggregationContext, Aggregator
-from raymm.registry import AGGREGATORS
+from raymm.protocol.messages import ClusterModels, UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext, Aggregator
 
 
 class SSCAParams(BaseModel):

@@ -21,9 +21,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.aggregation.fedavg import FedAvg
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext
-from raymm.registry import AGGREGATORS
+from raymm.config.schema import Scenario
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext
 
 SENSOR_PREFIX = "sensor:"
 
@@ -108,7 +109,7 @@ class TideAggregation(FedAvg):
         return evidence_weights(w, losses, self.p.temperature)
 
     @staticmethod
-    def check_scenario(params: TideAggregationParams, scenario: Any,
+    def check_scenario(params: TideAggregationParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         if params.weighting == "evidence" and not (
                 scenario.objective.name == "tide"

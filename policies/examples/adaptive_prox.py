@@ -18,10 +18,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.losses import mean_cross_entropy, prox_term
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, Aggregator, LossInputs, NoParams, Objective
-from raymm.registry import AGGREGATORS, OBJECTIVES
+from raymm.config.schema import Scenario
+from raymm.protocol.losses import mean_cross_entropy, prox_term
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS, OBJECTIVES
+from raymm.protocol.seams import AggregationContext, Aggregator, LossInputs, NoParams, Objective
 
 #: the broadcast extra's name
 MU = "adaptive_prox/mu"
@@ -86,7 +87,7 @@ class AdaptiveProxLoss(Objective):
         pass
 
     @staticmethod
-    def check_scenario(params: Any, scenario: Any, sensors: tuple[str, ...] | None
+    def check_scenario(params: BaseModel, scenario: Scenario, sensors: tuple[str, ...] | None
                        ) -> list[str]:
         if scenario.aggregation.name != "adaptive_prox":
             return ["objective.name: adaptive_prox reads µ from the broadcast of aggregation "

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.messages import UpdateBatch
-from raymm.policy import AggregationContext, Aggregator
-from raymm.registry import AGGREGATORS
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS
+from raymm.protocol.seams import AggregationContext, Aggregator
 
 
 class ClippedDeltaParams(BaseModel):

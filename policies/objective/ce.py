@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from raymm.losses import mean_cross_entropy, prox_term
-from raymm.policy import LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.protocol.losses import mean_cross_entropy, prox_term
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import LossInputs, Objective
 
 
 class CEParams(BaseModel):
@@ -24,7 +24,7 @@ class CrossEntropy(Objective):
     """Cross-entropy of the task head; FedProx's proximal term when mu > 0."""
 
     Params = CEParams
-    #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
     #: train many devices at once with it
     vectorisable = True
 

@@ -21,19 +21,18 @@ argmin_c Σ_s ||r_s(x) - P_s[c]||² over the spaces present, classes without a p
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
+from raymm.config.schema import Scenario
 from raymm.models import MultimodalNet
 from raymm.models.network import ModelOutput
-from raymm.losses import mean_cross_entropy
-from raymm.policy import LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.protocol.losses import mean_cross_entropy
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import LossInputs, Objective
 
 Z = "z"
 MEANS, COUNTS = "proto_means/", "proto_counts/"
@@ -107,7 +106,7 @@ class FedProtoObjective(Objective):
         self.p = params or FedProtoParams()
 
     @staticmethod
-    def check_scenario(params: FedProtoParams, scenario: Any,
+    def check_scenario(params: FedProtoParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.aggregation.name != "fedproto":

@@ -13,16 +13,15 @@ scenario's `schedule` section, so this objective needs `schedule: harmony`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from policies.schedule.harmony import HarmonyParams, fusion_start
+from raymm.config.schema import Scenario
 from raymm.errors import refuse
-from raymm.losses import mean_cross_entropy
-from raymm.policy import LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.protocol.losses import mean_cross_entropy
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import LossInputs, Objective
 
 
 @OBJECTIVES.register("harmony")
@@ -37,14 +36,14 @@ class HarmonyObjective(Objective):
         self.fusion_start = 2
 
     @staticmethod
-    def check_scenario(params: object, scenario: Any,
+    def check_scenario(params: object, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         if scenario.schedule.name != "harmony":
             return ["objective.name: harmony's loss follows harmony's stages; set schedule: "
                     f"{{name: harmony}} (got {scenario.schedule.name!r})"]
         return []
 
-    def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+    def bind(self, sc: Scenario, sensors: tuple[str, ...]) -> None:
         refuse(self.check_scenario(self.params, sc, sensors))
         params = HarmonyParams(**sc.schedule.params())
         self.fusion_start = fusion_start(sc.rounds, params.modality_fraction)

@@ -14,13 +14,11 @@ CE(z_b^(m), y_b): every branch learns alone, as if it were trained in a phase of
 
 Every mean over samples honours `LossInputs.weight` (padding rows of a short last batch count
 nowhere and are no InfoNCE candidates), and the only Python branches are on the held sensors
-and the trained groups, which a lock-step bucket shares: `raymm.vectorised` trains MCFT devices
+and the trained groups, which a lock-step bucket shares: `raymm.device.lockstep` trains MCFT devices
 in lock-step. With `weight=None` (the sequential path) each term is what it was before.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from policies.schedule.chain import PRECEDING, preceding, resolve_chain
+from raymm.config.schema import Scenario
 from raymm.errors import refuse
-from raymm.losses import contrastive_ce, sample_mean
-from raymm.policy import LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.protocol.losses import contrastive_ce, sample_mean
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import LossInputs, Objective
 
 
 def info_nce(anchor: Tensor, candidates: Tensor, tau: float, weight: Tensor | None = None
@@ -60,7 +59,7 @@ class MCFTParams(BaseModel):
 class MCFTStage(Objective):
     Params = MCFTParams
     uses_adapter = False
-    #: honours `inp.weight`, branches only on what a bucket shares (see raymm.vectorised)
+    #: honours `inp.weight`, branches only on what a bucket shares (see raymm.device.lockstep)
     vectorisable = True
 
     def __init__(self, params: MCFTParams) -> None:
@@ -69,14 +68,14 @@ class MCFTStage(Objective):
         self.sensors: tuple[str, ...] = ()
 
     @staticmethod
-    def check_scenario(params: MCFTParams, scenario: Any,
+    def check_scenario(params: MCFTParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         if scenario.schedule.name != "modality_chain":
             return [f"objective.name: mcft needs schedule modality_chain, got "
                     f"{scenario.schedule.name!r}"]
         return []
 
-    def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+    def bind(self, sc: Scenario, sensors: tuple[str, ...]) -> None:
         refuse(self.check_scenario(self.p, sc, sensors))
         self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
         self.sensors = tuple(sensors)

@@ -21,7 +21,7 @@ change since then, so the server's c = Σ reported changes / N stays exact.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -29,8 +29,9 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from raymm.policy import DeviceFinish, LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.models.layout import GroupLayout
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import DeviceFinish, LossInputs, Objective
 
 C, CI, DC = "scaffold_c/", "scaffold_ci/", "scaffold_dc/"
 CI_SENT = "scaffold_ci_sent/"
@@ -56,7 +57,7 @@ class ScaffoldObjective(Objective):
         self.needs_grad_mean = self.variate == "gradients"
 
     def device_tensors(self, state: dict[str, np.ndarray], extras: dict[str, np.ndarray],
-                       layout: Any, groups: list[str]) -> dict[str, Tensor]:
+                       layout: GroupLayout, groups: list[str]) -> dict[str, Tensor]:
         """c - c_i per parameter name (views of one flat vector per group)."""
         out = {}
         for g in groups:

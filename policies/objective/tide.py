@@ -25,14 +25,14 @@ Choices where the spec is open or differs from the paper:
   prototypes describe the global fused representation, which is evaluated without the adapter.
 Everything is written with masks, not data-dependent branches, and every term honours
 `LossInputs.weight` (padding rows of a short last batch count nowhere, and are neither anchors
-nor candidates of L_cs), so `raymm.vectorised` trains TIDE devices in lock-step. With
+nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-step. With
 `weight=None` (the sequential path) each term computes exactly what it did before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -40,10 +40,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
+from raymm.config.schema import Scenario
 from raymm.models import MultimodalNet
-from raymm.losses import contrastive_ce, mean_cross_entropy
-from raymm.policy import LossInputs, Objective
-from raymm.registry import OBJECTIVES
+from raymm.protocol.losses import contrastive_ce, mean_cross_entropy
+from raymm.protocol.registry import OBJECTIVES
+from raymm.protocol.seams import LossInputs, Objective
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
 #: zero weight times the loss stays zero (an infinite logit would give NaN gradients)
@@ -90,7 +91,7 @@ def info_nce_pair(ea: Tensor, eb: Tensor, kappa: float, weight: Tensor | None = 
                   ) -> Tensor:
     """Symmetric InfoNCE of two views of the same J samples, ω_jj' = cos(ea_j, eb_j') / κ.
     With `weight`, padding rows are neither candidates (their logits get
-    `raymm.losses.PADDING_LOGIT`) nor anchors (weighted mean over anchors)."""
+    `raymm.protocol.losses.PADDING_LOGIT`) nor anchors (weighted mean over anchors)."""
     omega = F.normalize(ea, dim=1) @ F.normalize(eb, dim=1).T / kappa
     return 0.5 * (contrastive_ce(omega, weight) + contrastive_ce(omega.T, weight))
 
@@ -134,7 +135,7 @@ def prox_global(trainable: Mapping[str, Tensor], anchor: Mapping[str, Tensor]) -
 @OBJECTIVES.register("tide")
 class TideObjective(Objective):
     Params = TideObjectiveParams
-    #: honours `inp.weight` and has no value-dependent Python branches: raymm.vectorised may
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
     #: train many devices at once with it
     vectorisable = True
 
@@ -145,7 +146,7 @@ class TideObjective(Objective):
         self.split_adapter = params.adapter and params.adapter_path == "personal"
 
     @staticmethod
-    def check_scenario(params: TideObjectiveParams, scenario: Any,
+    def check_scenario(params: TideObjectiveParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         """Cross-field rules checked before anything runs (a device that raises mid-run would
         only be counted as failed)."""

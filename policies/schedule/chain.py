@@ -23,12 +23,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.schedule.order import PROBE, UNDECIDED, AdaptiveOrder, data_share, sync_rounds
+from raymm.config.schema import Scenario
 from raymm.errors import refuse
-from raymm.exchange import sync_window
 from raymm.models.network import sensor_group
-from raymm.observations import Observations
-from raymm.policy import ModalityReport, Schedule
-from raymm.registry import SCHEDULES
+from raymm.protocol.exchange import sync_window
+from raymm.protocol.observations import Observations
+from raymm.protocol.registry import SCHEDULES
+from raymm.protocol.seams import ModalityReport, Schedule
 
 #: broadcast extra of an adaptive chain: float32 [M], 1 for the modalities in P of the phase
 PRECEDING = "chain_preceding"
@@ -77,7 +78,7 @@ def preceding(chain: tuple[str, ...], m: str) -> tuple[str, ...]:
     return chain[:chain.index(m)]
 
 
-def probe_length(p: ChainParams, sc: Any) -> int:
+def probe_length(p: ChainParams, sc: Scenario) -> int:
     """Rounds of the opening probe (by default none for a fixed chain, two sync windows for
     the adaptive order)."""
     if p.probe_rounds is not None:
@@ -85,7 +86,7 @@ def probe_length(p: ChainParams, sc: Any) -> int:
     return 0 if p.order == "fixed" else 2 * int(sc.training.sync_every)
 
 
-def chain_problems(p: ChainParams, sc: Any, sensors: tuple[str, ...]) -> list[str]:
+def chain_problems(p: ChainParams, sc: Scenario, sensors: tuple[str, ...]) -> list[str]:
     """Every mistake in a chain's parameters against the run (the same checks for `raymm
     validate` and for a run)."""
     problems = []
@@ -145,11 +146,11 @@ class ModalityChain(Schedule):
         self._round = 0
 
     @staticmethod
-    def check_scenario(params: ChainParams, scenario: Any,
+    def check_scenario(params: ChainParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         return [] if sensors is None else chain_problems(params, scenario, sensors)
 
-    def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+    def bind(self, sc: Scenario, sensors: tuple[str, ...]) -> None:
         """Resolve the chain (or the adaptive plan) and the phase boundaries against the run
         (raises ScenarioError)."""
         refuse(chain_problems(self.params, sc, sensors))
@@ -225,7 +226,7 @@ class ModalityChain(Schedule):
         p = self._phase(round)
         return self.first_round(p), int(self.last[p])
 
-    # --- the adaptive order's hooks (see raymm.server) --------------------------------------
+    # --- the adaptive order's hooks (see raymm.server.server) -----------------------------
     def begin_round(self, t: int, obs: Observations) -> None:
         """At a phase's first round, decide its modality from what has been observed."""
         self._round = t

@@ -19,15 +19,14 @@ does for staged baselines. See docs/methods/harmony.md for what the paper leaves
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from raymm.config.schema import Scenario
 from raymm.errors import refuse
 from raymm.models.network import SHARED
-from raymm.policy import Schedule
-from raymm.registry import SCHEDULES
+from raymm.protocol.registry import SCHEDULES
+from raymm.protocol.seams import Schedule
 
 MODALITY, FUSION = "modality", "fusion"
 
@@ -64,7 +63,7 @@ class HarmonySchedule(Schedule):
         self._sensors: tuple[str, ...] = ()
 
     @staticmethod
-    def check_scenario(params: HarmonyParams, scenario: Any,
+    def check_scenario(params: HarmonyParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
         if scenario.rounds < 2:
@@ -77,7 +76,7 @@ class HarmonySchedule(Schedule):
                             "set training.upload: held")
         return problems
 
-    def bind(self, sc: Any, sensors: tuple[str, ...]) -> None:
+    def bind(self, sc: Scenario, sensors: tuple[str, ...]) -> None:
         refuse(self.check_scenario(self.params, sc, sensors))
         self.rounds = sc.rounds
         self.final_stage_start = fusion_start(sc.rounds, self.params.modality_fraction)

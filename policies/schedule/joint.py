@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from raymm.policy import Schedule
-from raymm.registry import SCHEDULES
+from raymm.protocol.registry import SCHEDULES
+from raymm.protocol.seams import Schedule
 
 
 @SCHEDULES.register("joint")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from raymm.policy import SelectionContext, Selector
-from raymm.registry import SELECTORS
+from raymm.protocol.registry import SELECTORS
+from raymm.protocol.seams import SelectionContext, Selector
 
 
 @SELECTORS.register("random")

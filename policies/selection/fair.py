@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from raymm.policy import SelectionContext, Selector
-from raymm.registry import SELECTORS
+from raymm.protocol.registry import SELECTORS
+from raymm.protocol.seams import SelectionContext, Selector
 
 
 class LeastSelectedParams(BaseModel):

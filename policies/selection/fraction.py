@@ -7,8 +7,8 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.policy import SelectionContext, Selector
-from raymm.registry import SELECTORS
+from raymm.protocol.registry import SELECTORS
+from raymm.protocol.seams import SelectionContext, Selector
 
 
 class FractionParams(BaseModel):

@@ -1,6 +1,6 @@
 """TIDE's score-based selection: u_i = α v_i + β η_i + γ ρ_i (+ a participation term).
 
-Everything is computed from what the server has observed (raymm.observations): simulated
+Everything is computed from what the server has observed (raymm.protocol.observations): simulated
 local-training times of the last 10 rounds, data sizes reported when online, and the sensor
 sets given at registration. The availability clocks are never looked at.
 
@@ -19,11 +19,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from policies.selection.bandit import DiscountedUCB
-from raymm.metrics import WEIGHT_KEYS
-from raymm.observations import Observations, sensor_set_sizes
-from raymm.policy import EvalFeedback, SelectionContext, Selector
-from raymm.registry import SELECTORS
-from raymm.rundir import GIB
+from raymm.protocol.observations import Observations, sensor_set_sizes
+from raymm.protocol.record import WEIGHT_KEYS
+from raymm.protocol.registry import SELECTORS
+from raymm.protocol.seams import EvalFeedback, SelectionContext, Selector
+from raymm.units import GIB
 
 
 class TideSelectionParams(BaseModel):

@@ -2,6 +2,8 @@
 
 Importing this package registers `digits`, `synthetic`, `har`, `bench`, `avdigits` and the
 prepared releases `crema_d`, `ave`, `cmu_mosei`.
+
+May import: base, io.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raymm.data import (  # noqa: F401  (import registers the loaders)
-    avdigits, bench, digits, har, release, synthetic)
+from raymm.data import avdigits, digits, har, release, synthetic, workload  # noqa: F401  (import registers the loaders)
 from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
 
 __all__ = [

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from raymm.errors import DataError
+from raymm.io.paths import special_file_problem
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class Dataset:
 class DataFacts:
     """What validation may know of a dataset without loading it (from its params, or from
     array headers and small label columns of its file): enough for every check building a run
-    makes on the data's sizes (`raymm.population.partition_problems`, the model's size)."""
+    makes on the data's sizes (`raymm.population.partition.partition_problems`, the model's
+    size)."""
 
     #: samples devices partition (`len(Dataset.train)`)
     n_train: int
@@ -136,7 +138,6 @@ def npz_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 def require_file(path: Path, what: str) -> Path:
     """`path` if it is a file or folder to read; a FIFO or device (reading one blocks or never
     ends) or a missing path is a DataError."""
-    from raymm.safety import special_file_problem
 
     if not path.exists():
         hint = "" if "RAYMM_DATA" in os.environ else " (set RAYMM_DATA to the data folder)"

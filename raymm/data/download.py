@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from raymm.data.base import data_root
-from raymm.files import atomic_output
 from raymm.errors import DataError, RaymmError
+from raymm.io.atomic import atomic_output
 
 
 @dataclass(frozen=True)

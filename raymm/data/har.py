@@ -16,8 +16,16 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from raymm.data.base import (DataFacts, Dataset, Split, npz_shapes, open_npz,
-                              register_dataset, require_file, resolve_data_path)
+from raymm.data.base import (
+    DataFacts,
+    Dataset,
+    Split,
+    npz_shapes,
+    open_npz,
+    register_dataset,
+    require_file,
+    resolve_data_path,
+)
 from raymm.errors import DataError
 
 SENSORS = ("acc", "gyro")

@@ -38,8 +38,9 @@ import numpy as np
 
 from raymm.data import har
 from raymm.data.base import resolve_data_path
-from raymm.files import atomic_output
 from raymm.errors import DataError, RaymmError
+from raymm.io.atomic import atomic_output
+from raymm.io.paths import special_file_problem
 
 Arrays = dict[str, np.ndarray]
 
@@ -98,7 +99,6 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
     if not source.exists():
         raise DataError(f"prepare {name}: --from path not found: {source} "
                         f"(expected {conv.expects})")
-    from raymm.safety import special_file_problem
 
     problem = special_file_problem(source, f"prepare {name}: --from")
     if problem:  # /dev/zero never ends: reading it filled memory until the kernel stepped in

@@ -33,8 +33,16 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from raymm.data.base import (DataFacts, Dataset, Split, npz_shapes, open_npz,
-                              register_dataset, require_file, resolve_data_path)
+from raymm.data.base import (
+    DataFacts,
+    Dataset,
+    Split,
+    npz_shapes,
+    open_npz,
+    register_dataset,
+    require_file,
+    resolve_data_path,
+)
 from raymm.data.prepare import CONVERTERS
 from raymm.errors import DataError
 

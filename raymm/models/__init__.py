@@ -1,4 +1,9 @@
-"""Models: per-sensor encoders, fusion, heads, and their flat parameter groups."""
+"""Models: per-sensor encoders, fusion and heads (`network`, `encoders`), their flat parameter
+groups (`layout`), building the network every process starts from (`build`), its size before it
+is built (`size`), and the trained model a run saves and `raymm.load_model` reads (`saved`).
+
+May import: base, io, config, data.
+"""
 
 from __future__ import annotations
 

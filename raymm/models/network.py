@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from raymm.config import ModelSpec
+from raymm.config.schema import ModelSpec
 from raymm.models.encoders import auto_kind, embedding_dim, make_encoder
 
 SHARED = "shared"

@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raymm.bench import SCENARIO, settle
+from raymm.app.bench import SCENARIO, settle
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE = ["--num-cpus=1", "--num-gpus=0", f"--memory={2 * 2**30}",
@@ -78,7 +78,7 @@ def predict(m: dict[str, float], k: int, actors: int, transfer: float = 0.0,
 
 def transfer_s(nodes: int, k: int, n: int, params: int, gbit_s: float) -> float:
     """Broadcast (float32 parameters) to each node, and the updates back: one float64 vector
-    per 256-id block holding a selected device (raymm/combine.py), expected count for K
+    per 256-id block holding a selected device (raymm/protocol/combine.py), expected count for K
     uniform picks out of N."""
     blocks = math.ceil(n / 256)
     hit = blocks * (1 - (1 - min(1.0, 256 / n)) ** k)
@@ -126,7 +126,7 @@ def measure(n: int, k: int, rounds: int, mode: str, out: Path, extra: list[str],
     """Rounds 2..R of the standard workload: the fastest round's wall, the median one's, and
     the median CPU seconds per round of the DeviceActors and of the rest of `root`'s process
     tree (default: this process's)."""
-    from raymm.api import run
+    from raymm.app.api import run
 
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", "eval.every=1000000",
@@ -156,7 +156,7 @@ def measure(n: int, k: int, rounds: int, mode: str, out: Path, extra: list[str],
 def population_cost(n: int, rounds: int, out: Path) -> float:
     """CPU seconds per round per population device: the serial executor (everything in this
     process) at K=10 with N and 4N devices, median CPU per round over rounds 2..R."""
-    from raymm.api import run
+    from raymm.app.api import run
 
     per_round = []
     for nn in (n, 4 * n):

@@ -24,7 +24,7 @@ import numpy as np
 from policies.aggregation import ssca
 from policies.aggregation.ssca import SSCAParams, ssca_step
 from policies.aggregation.tide import evidence_weights, update_prototypes
-from raymm.messages import UpdateBatch
+from raymm.protocol.messages import UpdateBatch
 
 
 def _fastest(fn: Callable[[], object], repeat: int) -> float:

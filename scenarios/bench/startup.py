@@ -43,16 +43,17 @@ def phases(scenario: str, overrides: list[str]) -> dict[str, float]:
 
     import torch  # noqa: F401
     lap("import torch")
-    import raymm.hosts  # noqa: F401
     import actors.device_actor  # noqa: F401
+    import raymm.device.lockstep_host  # noqa: F401
     lap("import raymm (actor modules)")
-    from raymm.api import build_world, load_scenario
-    lap("import raymm.api (driver: policies, pydantic)")
+    from raymm.app.build import build_world, load_scenario
+    lap("import raymm.app.api (driver: policies, pydantic)")
     sc = load_scenario(scenario, overrides)
     lap("load_scenario")
     world = build_world(sc)
     lap("build_world (data + population)")
-    from raymm.local import build_model, flops_per_sample
+    from raymm.models.build import build_model
+    from raymm.models.size import flops_per_sample
     model = build_model(world.dataset, sc.model, sc.seed)
     lap("build_model")
     dynamo_before = "torch._dynamo" in sys.modules
@@ -61,13 +62,14 @@ def phases(scenario: str, overrides: list[str]) -> dict[str, float]:
     out["torch._dynamo imported by FlopCounterMode"] = float(
         not dynamo_before and "torch._dynamo" in sys.modules)
     import numpy as np
-    from raymm.hosts import make_host
-    from raymm.server import Server
+
+    from raymm.device.lockstep_host import make_host
+    from raymm.server.server import Server
     ids = np.arange(0, min(world.population.n, 5000))
     host = make_host(ids, world.population, world.dataset, world.host_spec)
     lap("make_host (one host of <=5000 devices)")
     if "--warm" in sys.argv:
-        from raymm.warmup import warm_up
+        from raymm.device.warmup import warm_up
         warm_up(host)
         lap("warm_up")
     server = Server(sc, world.dataset, world.population, world.policies)
@@ -90,10 +92,10 @@ def run(scenario: str, overrides: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     import ray
 
-    import raymm.api as api
-    from actors.ray_executor import RayExecutor
     import actors.ray_executor as rex
-    marks: dict[str, float] = {"import raymm.api": time.perf_counter() - t0}
+    import raymm.app.api as api
+    from actors.ray_executor import RayExecutor
+    marks: dict[str, float] = {"import raymm.app.api": time.perf_counter() - t0}
     t0, wall0 = time.perf_counter(), time.time()
     holder: dict[str, Any] = {}
 

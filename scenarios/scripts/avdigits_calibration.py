@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from raymm import seeding
-from raymm.api import load_scenario
-from raymm.config import Scenario
+from raymm.app.build import load_scenario
+from raymm.config.schema import Scenario
 from raymm.data import dataset_params, load_dataset
 from raymm.data.base import Dataset
-from raymm.evaluation import evaluate_subset
-from raymm.local import build_model
+from raymm.models.build import build_model
+from raymm.server.evaluation import evaluate_subset
 
 
 def train_central(sc: Scenario, data: Dataset, sensors: tuple[str, ...], epochs: int,

@@ -3,7 +3,7 @@
     python scenarios/scripts/checkpoint_cost.py scenarios/stress/devices_100k.yaml --rounds 2
 
 Runs the scenario's first rounds on the serial executor, then writes and reads the resulting
-checkpoint with `raymm.checkpoint` (best of --repeat), and, for comparison, the same state as
+checkpoint with `raymm.driver.checkpoint` (best of --repeat), and, for comparison, the same state as
 a pickle (the format raymm used before 0.2: written here only to measure it, never read back
 by raymm). Prints one JSON object.
 """
@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from raymm import checkpoint
-from raymm.api import build_world, load_scenario
-from raymm.engine import run_rounds
-from raymm.serial import SerialExecutor
+from raymm.app.build import build_world, load_scenario
+from raymm.driver import checkpoint
+from raymm.sim.engine import run_rounds
+from raymm.sim.serial import SerialExecutor
 
 
 def best_of(repeat: int, fn) -> float:  # noqa: ANN001

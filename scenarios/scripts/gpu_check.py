@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from raymm.api import build_world, load_scenario, make_executor, run
-from raymm.bench import parse_sizes, run_raymm
+from raymm.app.api import run
+from raymm.app.bench import parse_sizes, run_raymm
+from raymm.app.build import build_world, load_scenario, make_executor
 
 QUICKSTART = "scenarios/quickstart.yaml"
 

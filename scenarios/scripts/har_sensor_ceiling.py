@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raymm.api import load_scenario
+from raymm.app.build import load_scenario
 from raymm.data import load_dataset
-from raymm.evaluation import evaluate_subset
-from raymm.local import build_model
+from raymm.models.build import build_model
+from raymm.server.evaluation import evaluate_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 

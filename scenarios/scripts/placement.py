@@ -16,8 +16,8 @@ import json
 from collections import Counter
 
 from actors.ray_executor import RayExecutor
-from raymm.api import build_world, load_scenario
-from raymm.engine import run_rounds
+from raymm.app.build import build_world, load_scenario
+from raymm.sim.engine import run_rounds
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -25,16 +25,16 @@ from typing import Any
 
 #: (module, class, method, what it is), outermost first
 PHASES = [
-    ("raymm.host", "DeviceHost", "train", "host: training (sequential)"),
-    ("raymm.hosts", "VectorisedHost", "train", "host: training (lock-step)"),
-    ("raymm.vectorised", "VectorisedTrainer", "run", "  lock-step programs"),
-    ("raymm.local_update", "LocalUpdate", "run", "    local update (minibatch loop)"),
-    ("raymm.local_update", "FunctionalOptimizer", "step", "      optimizer steps"),
-    ("raymm.vectorised", "VectorisedTrainer", "_all_epoch_rows", "    minibatch orders"),
-    ("raymm.vectorised", "VectorisedTrainer", "_rows", "    rows out of the stacks"),
-    ("raymm.host", "DeviceHost", "_presum", "  block sums"),
-    ("raymm.server", "Server", "plan", "server: selection and schedule"),
-    ("raymm.server", "Server", "aggregate", "server: aggregation"),
+    ("raymm.device.host", "DeviceHost", "train", "host: training (sequential)"),
+    ("raymm.device.lockstep_host", "LockstepHost", "train", "host: training (lock-step)"),
+    ("raymm.device.lockstep", "LockstepTrainer", "run", "  lock-step programs"),
+    ("raymm.device.local_update", "LocalUpdate", "run", "    local update (minibatch loop)"),
+    ("raymm.device.local_update", "FunctionalOptimizer", "step", "      optimizer steps"),
+    ("raymm.device.lockstep", "LockstepTrainer", "_all_epoch_rows", "    minibatch orders"),
+    ("raymm.device.lockstep", "LockstepTrainer", "_rows", "    rows out of the stacks"),
+    ("raymm.device.host", "DeviceHost", "_presum", "  block sums"),
+    ("raymm.server.server", "Server", "plan", "server: selection and schedule"),
+    ("raymm.server.server", "Server", "aggregate", "server: aggregation"),
 ]
 
 
@@ -75,7 +75,7 @@ class PhaseTimer:
 def profile(scenario: Path, overrides: list[str], out: Path
             ) -> tuple[list[float], dict[str, float]]:
     """(wall seconds of every round, seconds per phase summed over rounds 3..R)."""
-    from raymm.api import run
+    from raymm.app.api import run
 
     walls: list[float] = []
     with PhaseTimer() as timer:

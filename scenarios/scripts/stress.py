@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from raymm.api import build_world, load_scenario, make_executor, run
-from raymm.build import with_executor
-from raymm.bench import MemorySampler, steady
-from raymm.engine import run_round
-from raymm.local import build_model
-from raymm.serial import SerialExecutor
+from raymm.app.api import run
+from raymm.app.bench import MemorySampler, steady
+from raymm.app.build import build_world, load_scenario, make_executor, with_executor
+from raymm.models.build import build_model
+from raymm.sim.engine import run_round
+from raymm.sim.serial import SerialExecutor
 
 
 def _arrays(obj: Any) -> list[np.ndarray]:

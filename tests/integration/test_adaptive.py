@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raymm.api import run
-from raymm.checkpoint import load
+from raymm.app.api import run
+from raymm.driver.checkpoint import load
 
 from helpers import REPO, resume_from_round_3, tiny_scenario
 

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raymm.api import load_scenario, run
-from raymm.checkpoint import load
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.driver.checkpoint import load
 
 from helpers import tiny_scenario
 

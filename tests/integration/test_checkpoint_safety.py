@@ -7,9 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from raymm import checkpoint, statefile
-from raymm.api import run
-from raymm.cli import main
+from raymm.app.api import run
+from raymm.app.cli import main
+from raymm.driver import checkpoint
+from raymm.io import statefile
 
 from helpers import Payload, tiny_scenario
 

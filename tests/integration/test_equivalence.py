@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raymm.api import load_scenario, run
+from raymm.app.api import run
+from raymm.app.build import load_scenario
 
 from helpers import tiny_scenario
 

@@ -24,9 +24,10 @@ import pandas as pd
 import pytest
 
 from policies import PRESETS  # (registers every policy)
-from raymm.api import RunResult, load_scenario, run
+from raymm.app.api import RunResult, run
+from raymm.app.build import load_scenario
 from raymm.errors import ScenarioError
-from raymm.registry import AGGREGATORS, OBJECTIVES, Registry
+from raymm.protocol.registry import AGGREGATORS, OBJECTIVES, Registry
 
 from helpers import resume_from_round_3, tiny_scenario
 

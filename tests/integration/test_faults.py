@@ -4,9 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raymm.api import load_scenario, run
-from raymm.config import FaultSpec
-from raymm.faults import device_crashes, host_kills
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.config.schema import FaultSpec
+from raymm.population.faults import device_crashes, host_kills
 
 from helpers import tiny_scenario
 
@@ -93,8 +94,8 @@ def test_actor_crash_between_rounds_is_seen_and_repaired(tmp_path, ray_session):
     import ray
 
     from actors.ray_executor import RayExecutor
-    from raymm.api import build_world, load_scenario
-    from raymm.engine import run_round
+    from raymm.app.build import build_world, load_scenario
+    from raymm.sim.engine import run_round
 
     raw = tiny_scenario(**{"method": "tide", "rounds": 4, "selection.k": 8,
                            "execution.executor": "ray", "execution.devices_per_actor": 6,

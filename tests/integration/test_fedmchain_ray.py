@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from raymm.api import run
+from raymm.app.api import run
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 SETTINGS = ["rounds=6", "training.sync_every=2", "eval.every=3",

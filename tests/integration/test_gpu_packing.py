@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from actors.ray_executor import RayExecutor
-from raymm.api import build_world, load_scenario, run
-from raymm.engine import run_rounds
+from raymm.app.api import run
+from raymm.app.build import build_world, load_scenario
+from raymm.sim.engine import run_rounds
 
 from helpers import tiny_scenario
 

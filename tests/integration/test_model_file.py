@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 import raymm
-from raymm import checkpoint, statefile
-from raymm.api import build_world, load_scenario, run
+from raymm.app.api import run
+from raymm.app.build import build_world, load_scenario
+from raymm.driver import checkpoint
 from raymm.errors import RaymmError
-from raymm.evaluation import evaluate_subset
+from raymm.io import statefile
 from raymm.models import LOCAL, GroupLayout
+from raymm.server.evaluation import evaluate_subset
 
 from helpers import REPO, tiny_scenario
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from raymm.api import run
+from raymm.app.api import run
 
 from helpers import REPO
 

@@ -15,8 +15,8 @@ from helpers import REPO, tiny_scenario
 # also records the sockets the run's process tree listens on
 SCRIPT = """
 import json, os, sys
-import raymm.progress as progress
-from raymm.cli import main
+import raymm.driver.progress as progress
+from raymm.app.cli import main
 from netlisten import descendants, listening
 seen, say = [], progress.say_faults
 def spy(row, bar):

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from raymm.cli import main
+from raymm.app.cli import main
 
 from helpers import tiny_scenario
 

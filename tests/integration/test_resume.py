@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from raymm.api import run
-from raymm.checkpoint import load
-from raymm.cli import main
+from raymm.app.api import run
+from raymm.app.cli import main
+from raymm.driver.checkpoint import load
 from raymm.errors import Interrupted
 
 from helpers import REPO, resume_from_round_3, tiny_scenario
@@ -113,7 +113,7 @@ def test_resume_rejects_other_scenarios_and_non_runs(tmp_path, capsys):
 
 def _spawn(path, out):
     env = dict(os.environ, RAYMM_NO_PROGRESS="1", PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "raymm.cli", "run", str(path), "--out",
+    return subprocess.Popen([sys.executable, "-m", "raymm.app.cli", "run", str(path), "--out",
                              str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raymm.api import RunResult, run
+from raymm.app.api import RunResult, run
 
 TINY: dict[str, Any] = {
     "name": "tiny_tide", "seed": 5, "rounds": 4, "method": "tide",

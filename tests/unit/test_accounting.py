@@ -1,8 +1,8 @@
 import numpy as np
 
-from raymm.accounting import device_groups, downlink_bytes, group_receivers
-from raymm.api import build_world, load_scenario
-from raymm.serial import SerialExecutor
+from raymm.app.build import build_world, load_scenario
+from raymm.protocol.traffic import device_groups, downlink_bytes, group_receivers
+from raymm.sim.serial import SerialExecutor
 
 from helpers import tiny_scenario
 

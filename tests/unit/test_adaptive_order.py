@@ -24,8 +24,8 @@ from policies.schedule.order import (
 )
 from raymm.errors import ScenarioError
 from raymm.models.network import ModelOutput
-from raymm.observations import Observations
-from raymm.policy import LossInputs, ModalityReport
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import LossInputs, ModalityReport
 
 NAN = float("nan")
 
@@ -247,8 +247,8 @@ def test_traffic_of_an_adaptive_run_by_hand() -> None:
     """Every round: a selected device receives the groups it trains, the predecessor mask, and
     each predecessor it holds once per version (a revisited modality is sent again once it
     changed); it sends its trained groups and, in report rounds, 4 bytes per reported sensor."""
-    from raymm.api import build_world, load_scenario
-    from raymm.serial import SerialExecutor
+    from raymm.app.build import build_world, load_scenario
+    from raymm.sim.serial import SerialExecutor
 
     from helpers import REPO
 

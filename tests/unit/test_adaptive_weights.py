@@ -20,9 +20,9 @@ from policies.selection.tide import (
     top_k,
     window_reward,
 )
-from raymm.observations import Observations
-from raymm.cli import main
-from raymm.policy import EvalFeedback, SelectionContext
+from raymm.app.cli import main
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import EvalFeedback, SelectionContext
 
 from helpers import REPO, tiny_scenario
 

@@ -1,40 +1,178 @@
-"""The dependency direction of DESIGN.md: policies -> raymm, actors -> raymm; never back."""
+"""The package order of docs/architecture.md, checked over every module.
+
+Each package's `__init__.py` says which packages it may import (`May import: ...`); `base` is
+raymm's three leaf modules (errors, seeding, units), which import nothing of raymm. The test
+fails on an import that runs back up the order, on an import cycle between modules, on a
+function-level import that is not a deferral with its reason, and on Ray outside `actors`.
+"""
+
+from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# modules that compose the core with policies/actors (entry points and the docs generator)
-COMPOSERS = {"raymm/api.py", "raymm/build.py", "raymm/cli.py", "raymm/schema_doc.py"}
+BASE = ("raymm.errors", "raymm.seeding", "raymm.units")
+#: the packages whose `__init__.py` declares what they may import
+PACKAGES = ["raymm." + p.parent.name for p in sorted((REPO / "raymm").glob("*/__init__.py"))] \
+    + ["actors", "policies"]
+#: a function-level import says why it is deferred: on its line, or in a comment above the block
+#: of imports it belongs to
+DEFERRED = re.compile(r"#.*\bdeferred\b", re.I)
+IMPORT_LINE = re.compile(r"\s*(from \S+ )?import |\s+\w[\w, ]*\)?$")
 
 
-def imported_roots(path: Path) -> set[str]:
-    roots = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+def modules() -> dict[str, Path]:
+    out = {}
+    for root in ("raymm", "actors", "policies"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
 
 
-def files(pkg: str):
-    return sorted((REPO / pkg).rglob("*.py"))
+def package_of(module: str) -> str:
+    """The package a module belongs to for the order: `base`, a raymm subpackage, `actors`,
+    `policies`, the root facade `raymm`, or a third-party root."""
+    if module in BASE:
+        return "base"
+    parts = module.split(".")
+    if parts[0] == "raymm":
+        return "raymm" if len(parts) == 1 else "raymm." + parts[1]
+    return parts[0]
 
 
-def test_core_never_imports_ray_policies_or_actors():
-    for f in files("raymm"):
-        rel = f.relative_to(REPO).as_posix()
-        bad = imported_roots(f) & ({"ray"} | (set() if rel in COMPOSERS else
-                                              {"policies", "actors"}))
-        assert not bad, f"{rel} imports {bad}"
+def allowed(package: str) -> set[str]:
+    """What `package` may import, read from its `__init__.py` docstring."""
+    path = REPO / package.replace(".", "/") / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    m = re.search(r"May import: ([^.]*)\.", doc)
+    assert m, f"{path}: its docstring does not say what it may import ('May import: ...')"
+    names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+    return {n if n in ("base", "actors", "policies") else f"raymm.{n}" for n in names}
 
 
-def test_policies_never_import_ray_or_actors():
-    for f in files("policies"):
-        assert not imported_roots(f) & {"ray", "actors"}, f
+def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
+    """(imported module, line, inside a function) for every import of raymm/actors/policies."""
+    out = []
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = module.split(".")[: len(module.split(".")) - child.level + is_pkg]
+                    base = ".".join(parts + ([base] if base else []))
+                for a in child.names:
+                    full = f"{base}.{a.name}"
+                    out.append((full if full in MODULES else base, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return [(m, line, f) for m, line, f in out
+            if m.split(".")[0] in ("raymm", "actors", "policies", "ray")]
+
+
+MODULES = modules()
+
+
+def test_every_import_follows_the_package_order():
+    wrong = []
+    for module, path in MODULES.items():
+        pkg = package_of(module)
+        if pkg == "raymm":
+            continue  # the facade: lazy names of raymm.app and raymm.models
+        may = {pkg} | (set() if pkg == "base" else allowed(pkg))
+        for target, line, _ in imports(path, module):
+            tpkg = package_of(target)
+            if tpkg == "ray" and pkg == "actors":
+                continue
+            if tpkg == "raymm" and target == "raymm" and pkg == "raymm.app":
+                continue  # `raymm.__version__`
+            if tpkg not in may:
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {target} ({pkg} may "
+                             f"import only {', '.join(sorted(may))})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_declared_order_has_no_cycle():
+    """The `May import` lines themselves form an order: no package may reach itself."""
+    graph = {p: allowed(p) - {"base"} for p in PACKAGES}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            p = todo.pop()
+            assert p != start, f"{start} may import itself through {sorted(seen)}"
+            if p not in seen:
+                seen.add(p)
+                todo += graph.get(p, set())
+
+
+def test_no_import_cycle_between_modules():
+    graph = {m: {t for t, _, _ in imports(p, m) if t in MODULES and t != m}
+             for m, p in MODULES.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    # a package's __init__ importing its own submodules is not a cycle of meaning
+    cycles = [c for c in cycles if not all(x.startswith(c[0]) for x in c)]
+    assert not cycles, cycles
+
+
+def says_why(lines: list[str], i: int) -> bool:
+    """Whether line `i` (0-based), or the comment above its block of imports, gives a reason."""
+    if DEFERRED.search(lines[i]):
+        return True
+    while i > 0 and IMPORT_LINE.match(lines[i - 1]) and not DEFERRED.search(lines[i - 1]):
+        i -= 1
+    return i > 0 and bool(DEFERRED.search(lines[i - 1]))
+
+
+def test_function_level_imports_say_why_they_are_deferred():
+    silent = []
+    for module, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for target, line, in_function in imports(path, module):
+            if in_function and not says_why(lines, line - 1):
+                silent.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    assert not silent, "function-level imports without a reason:\n" + "\n".join(silent)
 
 
 def test_the_checks_see_imports():
-    assert "ray" in imported_roots(REPO / "actors" / "ray_executor.py")
-    assert len(files("raymm")) > 10 and len(files("policies")) > 5
+    """The walker finds what is there (so the tests above cannot pass by seeing nothing)."""
+    ray_imports = imports(MODULES["actors.ray_executor"], "actors.ray_executor")
+    assert any(t == "ray" for t, _, _ in ray_imports)
+    assert package_of("raymm.device.host") == "raymm.device"
+    assert "raymm.protocol" in allowed("raymm.device")
+    assert "policies" in allowed("raymm.app") and "policies" not in allowed("raymm.server")
+    assert len(MODULES) > 100

@@ -1,9 +1,9 @@
 import numpy as np
 
-from raymm.config import AvailabilitySpec, PopulationSpec, TierSpec
+from raymm.config.schema import AvailabilitySpec, PopulationSpec, TierSpec
 from raymm.data import load_dataset
-from raymm.observations import Observations
-from raymm.population import build_population
+from raymm.population.devices import build_population
+from raymm.protocol.observations import Observations
 
 
 def _pop(availability, n=30, seed=0):

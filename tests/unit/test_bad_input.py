@@ -1,10 +1,10 @@
 """Bad input never escapes as a traceback: one clear message, exit code 2, nothing written."""
 
 import copy
-import os
-from pathlib import Path
 import json
+import os
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raymm.cli import main
+from raymm.app.cli import main
 
 from helpers import tiny_scenario
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from raymm import bench
-from raymm.api import build_world, load_scenario
-from raymm.local import build_model
+from raymm.app import bench
+from raymm.app.build import build_world, load_scenario
+from raymm.models.build import build_model
 
 from helpers import load_script
 

@@ -4,7 +4,7 @@ import sys
 
 import yaml
 
-from raymm.cli import main
+from raymm.app.cli import main
 
 from helpers import REPO, tiny_scenario
 
@@ -58,6 +58,6 @@ def test_run_with_overrides_writes_run_dir(tmp_path, capsys):
 
 def test_entry_point_runs_as_a_program(tmp_path):
     p = _write(tmp_path, tiny_scenario(**{"selection.k": 40}))
-    proc = subprocess.run([sys.executable, "-m", "raymm.cli", "validate", str(p)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "raymm.app.cli", "validate", str(p)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "selection.k" in proc.stderr

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from policies.aggregation.fedavg import FedAvg
-from raymm import combine
-from raymm.api import run
-from raymm.host import DeviceHost
+from raymm.app.api import run
+from raymm.device.host import DeviceHost
+from raymm.protocol import combine
 
 from helpers import tiny_scenario
 

@@ -2,11 +2,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raymm.api import run
-from raymm.cli import main
-from raymm.compare import find_runs
+from raymm.app.api import run
+from raymm.app.cli import main
 from raymm.errors import RaymmError
-from raymm.sweep import compare, write_comparison
+from raymm.results.compare import find_runs
+from raymm.results.tables import compare, write_comparison
 
 from helpers import tiny_scenario
 

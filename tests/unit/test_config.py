@@ -1,10 +1,10 @@
 import pytest
 
 import policies
-from raymm.api import load_scenario
-from raymm.config import apply_overrides
+from raymm.app.build import load_scenario
+from raymm.app.validate import check_scenario
+from raymm.config.schema import apply_overrides
 from raymm.errors import ScenarioError
-from raymm.validate import check_scenario
 
 from helpers import tiny_scenario
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from raymm.app.cli import main
 from raymm.data.download import SOURCES, download
-from raymm.cli import main
 from raymm.errors import DataError, RaymmError
 
 PAYLOAD = bytes(range(256)) * 5000  # 1.28 MB: several read chunks
@@ -109,7 +109,7 @@ def test_http_errors_and_bad_options_are_one_line(server, tmp_path, capsys):
 
 
 def test_cli_main_exit_code(server, tmp_path, capsys):
-    from raymm import cli
+    from raymm.app import cli
 
     out = tmp_path / "data"
     assert cli.main(["data", "download", "uci-har", "--url", f"{server}/release.zip",

@@ -8,13 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from raymm.app.cli import main
 from raymm.data import load_dataset
 from raymm.data.prepare import CREMA_EMOTIONS, prepare
-from raymm.cli import main
 from raymm.errors import DataError, RaymmError
 
-from tiny_releases import AV, crema as _crema, mosei_pickle as _mosei_pickle, wav as _wav
+from tiny_releases import AV
 from tiny_releases import ave as _ave
+from tiny_releases import crema as _crema
+from tiny_releases import mosei_pickle as _mosei_pickle
+from tiny_releases import wav as _wav
 
 SILENCE = float(np.log(np.float32(1e-6)))  # log-mel of an all-zero frame
 

@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 import raymm
-from raymm.api import load_scenario
-from raymm.cli import main
-from raymm.config import ModelSpec, PopulationSpec
+from raymm.app.build import load_scenario
+from raymm.app.cli import main
+from raymm.config.schema import ModelSpec, PopulationSpec
 from raymm.data import load_dataset
-from raymm.data.prepare import CREMA_EMOTIONS, CONVERTERS, prepare
+from raymm.data.prepare import CONVERTERS, CREMA_EMOTIONS, prepare
 from raymm.errors import DataError, ScenarioError
 from raymm.models import MultimodalNet
-from raymm.population import build_population
+from raymm.population.devices import build_population
 
 from tiny_releases import AV, ave, crema, mosei_pickle, mosei_random_pickle
 

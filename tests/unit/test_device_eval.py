@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from raymm.api import personal_summary
-from raymm.device_eval import device_metrics, modality_imbalance_ratio
-from raymm.engine import evaluate
-from raymm.messages import DeviceEval
-from raymm.round_record import RoundRecord
+from raymm.driver.summary import personal_summary
+from raymm.protocol.messages import DeviceEval
+from raymm.protocol.record import RoundRecord
+from raymm.server.device_metrics import device_metrics, modality_imbalance_ratio
+from raymm.sim.engine import evaluate
 
 
 def test_metrics_and_mir_on_a_hand_built_case() -> None:
@@ -98,7 +98,7 @@ def test_personal_summary_reports_the_last_and_the_best_evaluation() -> None:
 
 
 def test_per_device_scopes_need_a_local_test_part() -> None:
-    from raymm.api import load_scenario
+    from raymm.app.build import load_scenario
     from raymm.errors import ScenarioError
 
     from helpers import tiny_scenario

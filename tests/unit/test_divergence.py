@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 import raymm
-from raymm.cli import main
-from raymm.divergence import diverged
+from raymm.app.cli import main
+from raymm.server.divergence import diverged
 
 from helpers import tiny_scenario
 

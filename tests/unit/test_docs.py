@@ -4,15 +4,15 @@ docs/adding-a-policy.md lists every hook of every seam and quotes its examples v
 import inspect
 import re
 
-from raymm import policy
-from raymm.schema_doc import render
+from raymm.app.schema_doc import render
+from raymm.protocol import seams
 
 from helpers import REPO
 
 
 def test_scenario_reference_is_current():
     committed = (REPO / "docs" / "scenario.md").read_text()
-    assert committed == render(), "run: python -m raymm.schema_doc > docs/scenario.md"
+    assert committed == render(), "run: python -m raymm.app.schema_doc > docs/scenario.md"
 
 
 def test_reference_covers_every_section_and_policy():
@@ -25,8 +25,8 @@ def test_reference_covers_every_section_and_policy():
 
 # --- docs/adding-a-policy.md: every hook of every seam, and code quoted as it is ----------
 ADDING = REPO / "docs" / "adding-a-policy.md"
-SEAMS = [policy.Policy, policy.ServerPolicy, policy.Selector, policy.Aggregator,
-         policy.Schedule, policy.Objective]
+SEAMS = [seams.Policy, seams.ServerPolicy, seams.Selector, seams.Aggregator,
+         seams.Schedule, seams.Objective]
 
 
 def declared(cls: type) -> set[str]:
@@ -77,7 +77,7 @@ def test_the_policy_guide_quotes_code_as_it_is():
 
 def test_the_policy_guide_examples_are_registered():
     import policies  # noqa: F401  (registers every policy)
-    from raymm.registry import AGGREGATORS, OBJECTIVES, SELECTORS
+    from raymm.protocol.registry import AGGREGATORS, OBJECTIVES, SELECTORS
 
     for name, registries in [("least_selected", [SELECTORS]), ("trimmed_mean", [AGGREGATORS]),
                              ("clipped_delta_mean", [AGGREGATORS]),

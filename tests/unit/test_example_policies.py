@@ -9,12 +9,13 @@ from policies.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanParams, tr
 from policies.examples.adaptive_prox import MU, AdaptiveProx, AdaptiveProxParams
 from policies.examples.clipped_delta import ClippedDeltaMean, ClippedDeltaParams
 from policies.selection.fair import LeastSelected, LeastSelectedParams
-from raymm import checkpoint
-from raymm.api import RunResult, load_scenario, run
+from raymm.app.api import RunResult, run
+from raymm.app.build import load_scenario
+from raymm.driver import checkpoint
 from raymm.errors import ScenarioError
-from raymm.messages import HostResult, UpdateBatch, merge_results
-from raymm.observations import Observations
-from raymm.policy import AggregationContext, SelectionContext
+from raymm.protocol.messages import HostResult, UpdateBatch, merge_results
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext, SelectionContext
 
 from helpers import tiny_scenario
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from policies.schedule.chain import ModalityChain, phase_lengths
-from raymm.device_state import EMPTY, DeviceState
 from raymm.errors import ScenarioError
-from raymm.exchange import downloads, finish, start_vectors, sync_window
-from raymm.messages import Broadcast, ClusterModels, RoundPlan
+from raymm.protocol.device_state import EMPTY, DeviceState
+from raymm.protocol.exchange import downloads, finish, start_vectors, sync_window
+from raymm.protocol.messages import Broadcast, ClusterModels, RoundPlan
 
 
 def _sc(exchange: str, every: int, rounds: int) -> SimpleNamespace:

@@ -1,9 +1,9 @@
 import numpy as np
 
 from policies.aggregation.fedavg import FedAvg
-from raymm.combine import weighted_mean
-from raymm.messages import HostResult, merge_results
-from raymm.policy import AggregationContext
+from raymm.protocol.combine import weighted_mean
+from raymm.protocol.messages import HostResult, merge_results
+from raymm.protocol.seams import AggregationContext
 
 
 def test_weighted_mean_by_hand():

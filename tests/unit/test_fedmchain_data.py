@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import policies
-from raymm.config import read_yaml
-from raymm.population import local_split
-from raymm.api import load_scenario
-from raymm.variants import method_variant
+from raymm.app.build import load_scenario
+from raymm.app.variants import method_variant
+from raymm.config.schema import read_yaml
+from raymm.population.partition import local_split
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import policies
-from raymm.api import build_world, load_scenario, run
-from raymm.config import read_yaml
-from raymm.serial import SerialExecutor
-from raymm.variants import method_variant
+from raymm.app.api import run
+from raymm.app.build import build_world, load_scenario
+from raymm.app.variants import method_variant
+from raymm.config.schema import read_yaml
+from raymm.sim.serial import SerialExecutor
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 FAST = ["rounds=6", "training.sync_every=1", "eval.every=3"]
@@ -75,8 +76,8 @@ def test_a_phase_two_device_trains_on_the_earlier_branch_it_is_evaluated_with(
     """R_a, R_c and the fused prediction of a phase-2 device read the earlier modality's
     branch through the model's forward: that branch must be exactly the one the device is
     evaluated with (its cluster's model), not an own stale copy."""
-    from raymm import exchange
     from raymm.models import MultimodalNet
+    from raymm.protocol import exchange
 
     sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=1",
                                   "aggregation.min_cluster_size=1"])

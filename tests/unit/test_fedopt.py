@@ -15,9 +15,9 @@ from policies.aggregation.fedopt import (
     FedYogi,
     server_step,
 )
-from raymm.messages import UpdateBatch
-from raymm.observations import Observations
-from raymm.policy import AggregationContext
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext
 
 P = FedOptParams(eta=0.1, beta1=0.9, beta2=0.99, tau=0.01)
 

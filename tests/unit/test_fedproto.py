@@ -19,15 +19,16 @@ from policies.objective.fedproto import (
     nearest_prototype,
     prototype_distance,
 )
-from raymm import exchange
-from raymm.api import load_scenario, run
-from raymm.config import read_yaml
-from raymm.device_state import DeviceState
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.app.variants import method_variant
+from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
-from raymm.messages import Broadcast, RoundPlan, UpdateBatch
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs
-from raymm.variants import method_variant
+from raymm.protocol import exchange
+from raymm.protocol.device_state import DeviceState
+from raymm.protocol.messages import Broadcast, RoundPlan, UpdateBatch
+from raymm.protocol.seams import LossInputs
 
 from helpers import tiny_scenario
 

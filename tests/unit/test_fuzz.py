@@ -60,7 +60,7 @@ def test_hostile_command_lines(items, out, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpointed(tmp_path_factory):
-    from raymm.api import run
+    from raymm.app.api import run
 
     from helpers import tiny_scenario
 
@@ -94,7 +94,7 @@ def test_damaged_checkpoints_resume_or_exit_2(edits, cut, checkpointed, tmp_path
 @settings(max_examples=100, **SETTINGS)
 @given(blob=st.binary(max_size=400))
 def test_random_bytes_are_never_a_checkpoint(blob, tmp_path_factory):
-    from raymm import statefile
+    from raymm.io import statefile
 
     p = tmp_path_factory.mktemp("b") / "x.safetensors"
     p.write_bytes(blob)

@@ -14,16 +14,17 @@ import policies
 from policies.aggregation.harmony import HarmonyAggregation
 from policies.objective.harmony import HarmonyObjective
 from policies.schedule.harmony import HarmonyParams, HarmonySchedule, fusion_start
-from raymm.api import build_world, load_scenario, run
-from raymm.config import read_yaml
+from raymm.app.api import run
+from raymm.app.build import build_world, load_scenario
+from raymm.app.variants import method_variant
+from raymm.config.schema import read_yaml
+from raymm.driver.tracking import RunTracker
 from raymm.errors import ScenarioError
-from raymm.messages import UpdateBatch
-from raymm.metrics import RunTracker
 from raymm.models.network import ModelOutput
-from raymm.observations import Observations
-from raymm.policy import AggregationContext, LossInputs
-from raymm.serial import SerialExecutor
-from raymm.variants import method_variant
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext, LossInputs
+from raymm.sim.serial import SerialExecutor
 
 from helpers import tiny_scenario
 

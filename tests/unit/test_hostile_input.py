@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from raymm import safety
-from raymm.cli import main
+from raymm.app.cli import main
+from raymm.config.strict_yaml import dump_yaml, load_yaml
+from raymm.io.paths import inside
 
 from helpers import tiny_scenario
 
@@ -124,7 +125,7 @@ def test_words_a_number_field_accepts_stay_accepted(tmp_path, capsys):
 def test_exponent_without_a_dot_is_a_number(tmp_path, capsys):
     """PyYAML reads `1e-3` as text (YAML 1.1); raymm reads it as the number a user means, in
     files and in --set, so refusing quoted text for numbers does not refuse `lr: 1e-3`."""
-    from raymm.api import load_scenario
+    from raymm.app.build import load_scenario
 
     text = write(tmp_path, tiny_scenario()).read_text().replace("lr: 0.05", "lr: 1e-3")
     p = write(tmp_path, text)
@@ -136,7 +137,7 @@ def test_exponent_without_a_dot_is_a_number(tmp_path, capsys):
     assert rc == 2 and "training.lr: must be a finite number" in err, err
     # a run directory's config.yaml keeps text that looks like such a number as text
     data = {"description": "1e5", "dataset": {"path": "-2.5E+3"}, "lr": 1e-3, "n": ".5e1"}
-    assert safety.load_yaml(safety.dump_yaml(data)) == data
+    assert load_yaml(dump_yaml(data)) == data
 
 
 def test_model_too_large_for_memory_is_refused_before_anything_is_built(tmp_path, capsys):
@@ -204,7 +205,7 @@ def test_version_and_fast_help(capsys):
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith("raymm 0.")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "raymm.cli", "--help"],
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "raymm.app.cli", "--help"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "run" in proc.stdout
     assert " torch" not in proc.stderr and "| torch" not in proc.stderr  # never imported
@@ -212,16 +213,16 @@ def test_version_and_fast_help(capsys):
 
 
 def test_run_dir_is_always_inside_out(tmp_path):
+    from raymm.driver.rundir import new_run_dir
     from raymm.errors import RaymmError
-    from raymm.rundir import new_run_dir
 
-    assert safety.inside(tmp_path, new_run_dir(tmp_path, "ok-name"))
+    assert inside(tmp_path, new_run_dir(tmp_path, "ok-name"))
     for bad in ("../x", "/abs", "a/../../b"):
         with pytest.raises(RaymmError):
             new_run_dir(tmp_path, bad)
     link = tmp_path / "link"
     link.symlink_to(tmp_path.parent)
-    assert not safety.inside(tmp_path, link / "x")
+    assert not inside(tmp_path, link / "x")
 
 
 def test_control_characters_in_keys_never_reach_the_terminal(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """The sequential path is the project's reference: every published run trained on it, so its
-numbers must not move. `frozen_train` below is `LocalTrainer.train` as it was before the local
-update was written once (`raymm.local_update`), with its in-place copies of torch.optim's SGD and
-Adam, kept here unchanged; whole runs of several methods must end bit-identical with it."""
+numbers must not move. `frozen_train` below is `SequentialTrainer.train` as it was before the local
+update was written once (`raymm.device.local_update`), with its in-place copies of torch.optim's SGD
+and Adam, kept here unchanged; whole runs of several methods must end bit-identical with it."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from raymm.api import load_scenario, run
-from raymm.local import DeviceOutcome, LocalTrainer
-from raymm.messages import Broadcast
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
-from raymm.policy import DeviceFinish, LossInputs, Objective
+from raymm.protocol.messages import Broadcast
+from raymm.protocol.seams import DeviceFinish, LossInputs, Objective
 
 from helpers import tiny_scenario
 
@@ -77,7 +78,7 @@ class FrozenAdam:
                 torch._foreach_addcdiv_(params, m, denom, -step_size)
 
 
-def frozen_train(self: LocalTrainer, device: int, rnd: int, indices: np.ndarray,
+def frozen_train(self: SequentialTrainer, device: int, rnd: int, indices: np.ndarray,
                  held: np.ndarray, groups: list[str], broadcast: Broadcast,
                  local: np.ndarray | None, start: dict[str, np.ndarray] | None = None,
                  state: dict[str, np.ndarray] | None = None, upload: bool = True
@@ -170,7 +171,7 @@ def _out_dir(tmp_path, monkeypatch):
 def test_sequential_runs_are_bit_identical_to_the_frozen_reference(case, monkeypatch):
     sc = tiny_scenario(**CASES[case])
     now = run(load_scenario(sc), out=None)
-    monkeypatch.setattr(LocalTrainer, "train", frozen_train)
+    monkeypatch.setattr(SequentialTrainer, "train", frozen_train)
     ref = run(load_scenario(sc), out=None)
     assert [r["train_loss"] for r in now.rows] == [r["train_loss"] for r in ref.rows]
     assert not any(math.isnan(r["train_loss"]) for r in ref.rows[:1])  # it did train

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.func import vmap
 
-from raymm.local_update import in_layout_of, laid_out, memory_order
+from raymm.device.local_update import in_layout_of, laid_out, memory_order
 
 from helpers import host_round
 
@@ -69,7 +69,7 @@ def test_the_learned_layout_does_not_change_a_lock_step_round():
 
 
 def test_stack_rows_uses_consecutive_rows_of_one_matrix_as_they_are():
-    from raymm.host import stack_rows
+    from raymm.device.host import stack_rows
 
     m = np.arange(20.0, dtype=np.float32).reshape(5, 4)
     rows = list(m)

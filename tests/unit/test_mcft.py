@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from policies.objective.mcft import MCFTParams, MCFTStage, complementarity_weights, info_nce
 from raymm.errors import ScenarioError
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs
+from raymm.protocol.seams import LossInputs
 
 
 def test_info_nce_hand_computed() -> None:

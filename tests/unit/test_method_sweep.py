@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 import policies
-from raymm.api import load_scenario
-from raymm.cli import main
-from raymm.config import read_yaml
+from raymm.app.build import load_scenario
+from raymm.app.cli import main
+from raymm.app.variants import method_scenarios, method_variant
+from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
-from raymm.sweep import method_scenarios
-from raymm.variants import method_variant
 
 from helpers import tiny_scenario
 

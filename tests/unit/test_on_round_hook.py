@@ -1,6 +1,6 @@
-"""`raymm.api.run(on_round=...)` sees every logged row and can stop the run."""
+"""`raymm.app.api.run(on_round=...)` sees every logged row and can stop the run."""
 
-from raymm.api import run
+from raymm.app.api import run
 
 from helpers import tiny_scenario
 

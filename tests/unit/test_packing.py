@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from actors.packing import Packing, ResourceError, actor_capacity, plan_packing
-from raymm.combine import BLOCK
-from raymm.config import ActorSpec
+from raymm.config.schema import ActorSpec
+from raymm.protocol.combine import BLOCK
 
 
 def test_fractional_gpus_pack_ten_actors_per_gpu():

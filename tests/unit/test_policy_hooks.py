@@ -1,6 +1,6 @@
-"""The seams' contract (raymm.policy): every hook has a default on its base class, registries hold
-only subclasses of their seam, and `combinable` is a claim of the class that writes the reduce,
-never inherited by a subclass that changes the weights."""
+"""The seams' contract (raymm.protocol.seams): every hook has a default on its base class,
+registries hold only subclasses of their seam, and `combinable` is a claim of the class that writes
+the reduce, never inherited by a subclass that changes the weights."""
 
 from __future__ import annotations
 
@@ -10,19 +10,18 @@ import pytest
 from policies.aggregation.delta_mean import DeltaMean
 from policies.aggregation.fedavg import FedAvg
 from policies.aggregation.tide import TideAggregation, TideAggregationParams
-from raymm import combine
-from raymm.api import run
-from raymm.messages import UpdateBatch
-from raymm.policy import (
+from raymm.app.api import run
+from raymm.protocol import combine
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.registry import AGGREGATORS, POLICY_SECTIONS, Registry
+from raymm.protocol.seams import (
     AggregationContext,
     Aggregator,
     Objective,
     Schedule,
-    Selector,
     SelectionContext,
+    Selector,
 )
-from raymm.registry import AGGREGATORS, Registry
-from raymm.validate import POLICY_SECTIONS
 
 from helpers import tiny_scenario
 
@@ -79,7 +78,7 @@ def test_registries_hold_only_subclasses_of_their_seam():
         def select(self, ctx: SelectionContext) -> np.ndarray:
             return ctx.eligible
 
-    with pytest.raises(TypeError, match="must subclass raymm.policy.Selector"):
+    with pytest.raises(TypeError, match="must subclass raymm.protocol.seams.Selector"):
         Registry("selection policy", Selector).register("duck")(Duck)  # type: ignore[arg-type]
 
 

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from raymm.config import PopulationSpec, TierSpec
+from raymm.config.schema import PopulationSpec, TierSpec
 from raymm.data import load_dataset
 from raymm.errors import ScenarioError
-from raymm.population import build_population, dirichlet_partition, split_counts
+from raymm.population.devices import build_population, split_counts
+from raymm.population.partition import dirichlet_partition
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def _top_up_by_scanning(owner, n_devices, min_samples, rng):
 
 
 def test_top_up_follows_the_rule_without_scanning_every_sample():
-    from raymm.population import _top_up
+    from raymm.population.partition import _top_up
 
     rng = np.random.default_rng(3)
     for _ in range(300):

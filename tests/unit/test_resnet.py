@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from raymm.api import load_scenario, run
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.device.torch_device import DeviceUnavailable, choose_torch_device
 from raymm.errors import ScenarioError
 from raymm.models.encoders import make_encoder
-from raymm.torch_device import DeviceUnavailable, choose_torch_device
 
 from helpers import host_round, tiny_scenario
-
 
 
 @pytest.mark.parametrize("shape", [(28, 28), (40, 65), (3, 32, 32)],

@@ -25,8 +25,8 @@ def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
 
 
 def test_the_classes_are_left_as_they_were(tmp_path):
-    from raymm.local_update import LocalUpdate
-    from raymm.server import Server
+    from raymm.device.local_update import LocalUpdate
+    from raymm.server.server import Server
 
     before = (LocalUpdate.run, Server.plan)
     path = tmp_path / "tiny.yaml"

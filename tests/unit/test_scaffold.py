@@ -8,10 +8,10 @@ import torch
 
 from policies.aggregation.scaffold import Scaffold
 from policies.objective.scaffold import ScaffoldObjective, ScaffoldParams
-from raymm.messages import UpdateBatch
 from raymm.models.layout import Slot
-from raymm.observations import Observations
-from raymm.policy import AggregationContext, DeviceFinish
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext, DeviceFinish
 
 
 def test_device_control_variate_option_ii() -> None:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from raymm.api import build_world, load_scenario
+from raymm.app.build import build_world, load_scenario
 
 from helpers import REPO
 from tiny_releases import STANDIN, write_standin

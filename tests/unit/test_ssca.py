@@ -11,18 +11,18 @@ from policies.aggregation.ssca import (
     cluster_consensus,
     cluster_count,
     cluster_signs,
+    consistency,
     distinct_rows,
     gram_embedding,
-    sign_gram,
-    consistency,
     match_clusters,
     merge,
+    sign_gram,
     sparsify,
     ssca_step,
 )
-from raymm.messages import UpdateBatch
-from raymm.observations import Observations
-from raymm.policy import AggregationContext
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext
 
 
 def test_sparsify_keeps_top_kappa_by_magnitude() -> None:

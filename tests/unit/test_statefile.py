@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from raymm import statefile
-from raymm.statefile import StateFormatError
+from raymm.io import statefile
+from raymm.io.statefile import StateFormatError
 
 from helpers import Payload
 
@@ -134,7 +134,13 @@ def test_a_pickle_is_never_unpickled(tmp_path):
 def test_a_plan_made_ahead_comes_back_from_a_state_file_exactly(download):
     """A checkpoint can hold the next round's plan and payload (`Server.state_dict`), cluster
     models included; read back, they are the same values of the same types."""
-    from raymm.messages import Broadcast, ClusterModels, RoundPlan, plan_from_state, plan_state
+    from raymm.protocol.messages import (
+        Broadcast,
+        ClusterModels,
+        RoundPlan,
+        plan_from_state,
+        plan_state,
+    )
 
     rng = np.random.default_rng(0)
     plan = RoundPlan(4, np.array([1, 5, 7]), ("sensor:a", "fusion"), download, False, ("a",))

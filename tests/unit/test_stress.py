@@ -5,9 +5,9 @@ build in seconds, and the 1,000,000-device scenario validates (its rounds are no
 
 import numpy as np
 
-from raymm.api import build_world, load_scenario
-from raymm.cli import main
-from raymm.serial import SerialExecutor
+from raymm.app.build import build_world, load_scenario
+from raymm.app.cli import main
+from raymm.sim.serial import SerialExecutor
 
 from helpers import REPO, load_script
 

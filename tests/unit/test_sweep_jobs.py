@@ -17,12 +17,12 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-import raymm.api
-from raymm.api import run
-from raymm.cli import main
+import raymm.app.api
+from raymm.app.api import run
+from raymm.app.cli import main
+from raymm.app.sweep import run_sweep
+from raymm.app.sweep_exec import THREAD_VARS, _ChildPool, threads_per_job
 from raymm.errors import Interrupted, RaymmError, ScenarioError
-from raymm.sweep import run_sweep
-from raymm.sweep_exec import THREAD_VARS, _ChildPool, threads_per_job
 
 from helpers import tiny_scenario
 
@@ -115,7 +115,7 @@ def test_a_failing_run_is_reported_and_the_others_finish(parallel) -> None:
 
 def test_a_diverged_run_is_reported_again_not_rerun(parallel, monkeypatch) -> None:
     sw = parallel[0]
-    monkeypatch.setattr(raymm.api, "run", lambda *a, **k: pytest.fail("a run was started"))
+    monkeypatch.setattr(raymm.app.api, "run", lambda *a, **k: pytest.fail("a run was started"))
     comp = run_sweep([sw.parent / "bad.yaml"], SEEDS, out=sw)
     assert not comp.runs
     assert comp.failed == [f"bad seed {s}: diverged in an earlier sweep ({sw / 'runs'}"
@@ -125,14 +125,14 @@ def test_a_diverged_run_is_reported_again_not_rerun(parallel, monkeypatch) -> No
 
 def test_a_failing_run_in_this_process_does_not_stop_the_next(tmp_path, monkeypatch,
                                                               capsys) -> None:
-    real = raymm.api.run
+    real = raymm.app.api.run
 
     def flaky(scenario, *args, **kwargs):
         if scenario.seed == 1:
             raise RuntimeError("disk on fire")
         return real(scenario, *args, **kwargs)
 
-    monkeypatch.setattr(raymm.api, "run", flaky)
+    monkeypatch.setattr(raymm.app.api, "run", flaky)
     comp = run_sweep([tiny_file(tmp_path)], SEEDS, out=tmp_path / "sw")
     assert [r["seed"] for r in comp.runs] == [2]
     assert comp.failed == ["tiny seed 1: RuntimeError: disk on fire"]
@@ -143,7 +143,7 @@ def test_a_second_sweep_skips_finished_runs(one_by_one, tmp_path, monkeypatch, c
     def no_run(*args, **kwargs):
         raise AssertionError("a finished run was run again")
 
-    monkeypatch.setattr(raymm.api, "run", no_run)
+    monkeypatch.setattr(raymm.app.api, "run", no_run)
     before = sorted(p.name for p in (one_by_one / "runs").iterdir())
     comp = run_sweep([tiny_file(tmp_path)], SEEDS, out=one_by_one)
     assert sorted(p.name for p in (one_by_one / "runs").iterdir()) == before
@@ -221,7 +221,7 @@ def test_bad_input_is_refused_before_any_run(tmp_path) -> None:
 
 
 def test_each_child_gets_its_share_of_the_cores(monkeypatch) -> None:
-    monkeypatch.setattr("raymm.sweep_exec.cpu_count", lambda: 16)
+    monkeypatch.setattr("raymm.app.sweep_exec.cpu_count", lambda: 16)
     assert [threads_per_job(n) for n in (1, 3, 16, 40)] == [16, 5, 1, 1]
     for var in THREAD_VARS:
         monkeypatch.delenv(var, raising=False)

@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 
 from policies.objective.tide import TideObjective, TideObjectiveParams
-from raymm.api import build_world, load_scenario
-from raymm.config import ModelSpec
-from raymm.host import DeviceHost, HostSpec
-from raymm.messages import Broadcast, RoundPlan
+from raymm.app.build import build_world, load_scenario
+from raymm.config.schema import ModelSpec
+from raymm.device.host import DeviceHost, HostSpec
+from raymm.device.lockstep_host import LockstepHost, make_host
 from raymm.models import LOCAL, MultimodalNet
-from raymm.losses import mean_cross_entropy
-from raymm.policy import LossInputs, Objective
-from raymm.server import Server
-from raymm.hosts import VectorisedHost, make_host
+from raymm.protocol.losses import mean_cross_entropy
+from raymm.protocol.messages import Broadcast, RoundPlan
+from raymm.protocol.seams import LossInputs, Objective
+from raymm.server.server import Server
 
 from helpers import tiny_scenario
 
@@ -146,7 +146,7 @@ def test_a_step_on_the_personal_path_leaves_every_global_parameter_unchanged(
     world = build_world(sc)
     spec = HostSpec(sc.seed, sc.model, sc.training, PersonalPathOnly())
     host = make_host(np.arange(world.population.n), world.population, world.dataset, spec)
-    assert isinstance(host, VectorisedHost) == vectorise
+    assert isinstance(host, LockstepHost) == vectorise
     server = Server(sc, world.dataset, world.population, world.policies)
     plan = RoundPlan(2, np.array([0, 3, 5, 8, 11]), tuple(server.layout.groups))
     bcast = Broadcast(2, server.params, {})

@@ -12,12 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raymm.api import build_world, load_scenario
-from raymm.host import DeviceHost
-from raymm.metrics import (GIB, RunTracker, acc_at_budget, less_equipped, pooled_f1,
-                           summary_metrics, worst_drop)
-from raymm.server import Server
-from raymm.sweep import compare, write_comparison
+from raymm.app.build import build_world, load_scenario
+from raymm.device.host import DeviceHost
+from raymm.driver.tracking import RunTracker, summary_metrics
+from raymm.results.tables import compare, write_comparison
+from raymm.server.metrics import acc_at_budget, less_equipped, pooled_f1, worst_drop
+from raymm.server.server import Server
+from raymm.units import GIB
 
 ROWS = [
     {"round": 5, "bytes_total": 0.25 * GIB},

@@ -8,16 +8,32 @@ import numpy as np
 import pytest
 import torch
 
-from policies.aggregation.tide import (TideAggregation, TideAggregationParams, evidence_weights,
-                                       update_prototypes)
-from policies.objective.tide import (TideObjective, TideObjectiveParams, aux_head_loss,
-                                     cross_sensor_loss, prototype_loss, prox_global)
-from policies.selection.tide import (TideParticipationSelection, TideSelection,
-                                     TideSelectionParams, tide_scores, tier_sizes, top_k)
-from raymm.messages import UpdateBatch
+from policies.aggregation.tide import (
+    TideAggregation,
+    TideAggregationParams,
+    evidence_weights,
+    update_prototypes,
+)
+from policies.objective.tide import (
+    TideObjective,
+    TideObjectiveParams,
+    aux_head_loss,
+    cross_sensor_loss,
+    prototype_loss,
+    prox_global,
+)
+from policies.selection.tide import (
+    TideParticipationSelection,
+    TideSelection,
+    TideSelectionParams,
+    tide_scores,
+    tier_sizes,
+    top_k,
+)
 from raymm.models.network import ModelOutput
-from raymm.observations import Observations
-from raymm.policy import AggregationContext, LossInputs, SelectionContext
+from raymm.protocol.messages import UpdateBatch
+from raymm.protocol.observations import Observations
+from raymm.protocol.seams import AggregationContext, LossInputs, SelectionContext
 
 LOG_1P_EM2 = math.log1p(math.exp(-2.0))  # -log softmax of a logit 2 against a logit 0
 
@@ -280,7 +296,7 @@ def test_modality_dropout() -> None:
 
 
 def test_device_extras_class_means_and_aux_losses() -> None:
-    from raymm.config import ModelSpec
+    from raymm.config.schema import ModelSpec
     from raymm.models import MultimodalNet
 
     torch.manual_seed(0)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raymm.api import load_scenario
-from raymm.validate import policy_params
+from raymm.app.build import load_scenario
+from raymm.protocol.registry import policy_params
 
 from helpers import REPO, load_script
 

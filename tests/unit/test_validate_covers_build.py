@@ -11,14 +11,15 @@ import pytest
 from pydantic import ValidationError
 
 import policies
-from raymm.api import build_policies
-from raymm.cli import main
-from raymm.config import PopulationSpec, Scenario, TierSpec
+from raymm.app.build import build_policies
+from raymm.app.cli import main
+from raymm.app.validate import check_scenario, merge_preset
+from raymm.config.schema import PopulationSpec, Scenario, TierSpec
 from raymm.data import dataset_sensors, load_dataset
 from raymm.errors import ScenarioError
-from raymm.policy import Policy
-from raymm.population import build_population, tier_problems
-from raymm.validate import POLICY_SECTIONS, check_scenario, merge_preset, policy_params
+from raymm.population.devices import build_population, tier_problems
+from raymm.protocol.registry import POLICY_SECTIONS, policy_params
+from raymm.protocol.seams import Policy
 
 from helpers import REPO, tiny_scenario
 
@@ -61,7 +62,7 @@ FACTS: dict[str, list[Any]] = {"rounds": [1, 4], "model.fusion": ["concat", "sum
 
 
 def own_hook(cls: type, hook: str) -> bool:
-    """The policy class writes `hook` itself (every policy has it: `raymm.policy.Policy`'s
+    """The policy class writes `hook` itself (every policy has it: `raymm.protocol.seams.Policy`'s
     default checks nothing and reads nothing)."""
     return getattr(cls, hook) is not getattr(Policy, hook)
 
@@ -177,8 +178,8 @@ SIZE_MISTAKES: dict[str, dict[str, Any]] = {
 
 
 def built_problems(raw: dict[str, Any]) -> list[str]:
-    """What building the run from the loaded data refuses (as `raymm.build.build_world`)."""
-    from raymm.build import build_world
+    """What building the run from the loaded data refuses (as `raymm.app.build.build_world`)."""
+    from raymm.app.build import build_world
 
     sc = Scenario.model_validate(merge_preset(raw, policies.PRESETS, None))
     with pytest.raises(ScenarioError) as built:
@@ -241,10 +242,10 @@ def test_har_facts_come_from_the_file_headers(data_dir):
 
 @pytest.mark.parametrize("name, pool", [("crema_d", "train+valid"), ("cmu_mosei", "train")])
 def test_release_facts_come_from_the_file_headers(name: str, pool: str, tmp_path):
-    from tiny_releases import write_standin
-
     from raymm.data import DATASETS, load_dataset
     from raymm.data.base import loader_facts
+
+    from tiny_releases import write_standin
 
     path = write_standin(name, tmp_path / f"{name}.npz", n_train=30, n_test=10, groups=6)
     params = {"path": str(path), "train_pool": pool}

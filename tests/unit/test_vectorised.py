@@ -15,13 +15,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from raymm.api import load_scenario, run
-from raymm.hosts import VectorisedHost
-from raymm.local_update import FunctionalOptimizer, OptimizerState
-from raymm.messages import ClusterModels
-from raymm.losses import sample_mean
-from raymm.policy import LossInputs, Objective
-from raymm.vectorised import why_not_vectorised
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.device.local_update import FunctionalOptimizer, OptimizerState
+from raymm.device.lockstep import why_not_vectorised
+from raymm.device.lockstep_host import LockstepHost
+from raymm.protocol.losses import sample_mean
+from raymm.protocol.messages import ClusterModels
+from raymm.protocol.seams import LossInputs, Objective
 
 from helpers import host_round, tiny_scenario
 
@@ -78,7 +79,7 @@ def test_packing_and_chunking_do_not_change_vectorised_results(extra):
 
 def test_every_selected_device_is_trained_in_lock_step():
     seq, vec, plan, bcast = host_round({})
-    assert isinstance(vec, VectorisedHost) and vec.vec is not None
+    assert isinstance(vec, LockstepHost) and vec.vec is not None
     calls = []
     original = vec.vec._train_chunk
     vec.vec._train_chunk = lambda reqs, *a: calls.append([r.device for r in reqs]) or \
@@ -138,7 +139,7 @@ def test_a_plain_round_whose_bucket_fails_goes_device_by_device(caplog):
     device out one by one after all, with the same numbers."""
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
     assert vec._plain(plan, bcast)
-    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         b = vec.train(plan, bcast)
     assert "train sequentially" in caplog.text
     _same_result(seq.train(plan, bcast), b)
@@ -163,7 +164,7 @@ class _Branchy(_NotOptedIn):
 
 def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
     assert "vectorisable" in why_not_vectorised(_NotOptedIn())
-    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         seq, vec, plan, bcast = host_round({}, objective=_NotOptedIn())
     assert vec.vec is None and "does not declare" in caplog.text
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
@@ -173,7 +174,7 @@ def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
 
 def test_a_bucket_that_fails_under_vmap_falls_back_to_sequential(caplog):
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
-    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         b = vec.train(plan, bcast)
     a = seq.train(plan, bcast)
     assert "train sequentially" in caplog.text and b.failed.size == 0
@@ -221,7 +222,7 @@ def test_adapter_augmentation_and_device_extras_match_sequential():
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
 def test_functional_optimizer_is_torch_optim(opt):
-    from raymm.config import TrainingSpec
+    from raymm.config.schema import TrainingSpec
 
     t = TrainingSpec(optimizer=opt, lr=0.05, momentum=0.9 if opt == "sgd" else 0.0,
                      weight_decay=0.01)
@@ -240,31 +241,6 @@ def test_functional_optimizer_is_torch_optim(opt):
         params, state = f.step(params, {"w": 3 * params["w"] ** 2}, state)
     for i in range(3):
         torch.testing.assert_close(params["w"][i], ref.detach(), rtol=1e-6, atol=1e-6)
-
-
-def test_precomputed_trainer_has_what_the_host_reads():
-    """`_PrecomputedTrainer` stands in for a host's `LocalTrainer` with an explicit list of
-    attributes: every one `DeviceHost` reads of its trainer (`self.trainer.x`, `tr.x`) is there."""
-    import ast
-    from pathlib import Path
-
-    from raymm import host
-    from raymm.vectorised import _PrecomputedTrainer
-
-    tree = ast.parse(Path(host.__file__).read_text())
-    read = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            v = node.value
-            if (isinstance(v, ast.Name) and v.id == "tr") or (
-                    isinstance(v, ast.Attribute) and v.attr == "trainer"):
-                read.add(node.attr)
-    assert {"train", "prepare_round", "initial"} <= read  # the scan sees the host's reads
-    _, vec, _, _ = host_round({})
-    pre = vec.trainer
-    assert isinstance(pre, _PrecomputedTrainer)
-    missing = [a for a in sorted(read) if not hasattr(pre, a)]
-    assert not missing, f"_PrecomputedTrainer lacks {missing} (raymm/host.py reads them)"
 
 
 class _HeadUnused(Objective):

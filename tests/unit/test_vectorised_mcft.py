@@ -1,4 +1,4 @@
-"""FedMChain's MCFT stage trains in lock-step (raymm.vectorised) and agrees with the sequential
+"""FedMChain's MCFT stage trains in lock-step (raymm.device.lockstep) and agrees with the sequential
 path: per-device start vectors (cluster models, parameters kept under `exchange: delta`) and
 frozen earlier-modality branches that differ per device.
 
@@ -15,12 +15,12 @@ import numpy as np
 import torch
 
 from policies.objective.mcft import MCFTParams, MCFTStage
-from raymm.api import build_world, load_scenario
-from raymm.engine import run_round
+from raymm.app.build import build_world, load_scenario
+from raymm.device.lockstep_host import LockstepHost
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs
-from raymm.serial import SerialExecutor
-from raymm.hosts import VectorisedHost
+from raymm.protocol.seams import LossInputs
+from raymm.sim.engine import run_round
+from raymm.sim.serial import SerialExecutor
 
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 TOL = 1e-4
@@ -38,12 +38,12 @@ def _run(vectorise: bool) -> tuple[SerialExecutor, list[float]]:
 
 def test_mcft_vectorised_matches_sequential(caplog) -> None:
     seq, seq_loss = _run(False)
-    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         vec, vec_loss = _run(True)
-    assert all(isinstance(h, VectorisedHost) and h.reason is None and h.vec is not None
+    assert all(isinstance(h, LockstepHost) and h.reason is None and h.vec is not None
                for h in vec.hosts)
     assert "failed" not in caplog.text and "sequentially" not in caplog.text
-    assert not any(isinstance(h, VectorisedHost) for h in seq.hosts)
+    assert not any(isinstance(h, LockstepHost) for h in seq.hosts)
     assert seq.server.params.keys() == vec.server.params.keys()
     for g in seq.server.params:
         np.testing.assert_allclose(vec.server.params[g], seq.server.params[g], rtol=0,

@@ -1,4 +1,4 @@
-"""TIDE's objective trains in lock-step (raymm.vectorised) and agrees with the sequential path.
+"""TIDE's objective trains in lock-step (raymm.device.lockstep) and agrees with the sequential path.
 
 Tolerance: 1e-4 absolute on every parameter after four rounds with prototypes, aux heads,
 L_cs, modality dropout, the adapter and padded last batches (observed ~1e-7: only float32
@@ -15,10 +15,11 @@ import torch
 from torch.func import vmap
 
 from policies.objective.tide import TideObjective, TideObjectiveParams
-from raymm.api import build_world, load_scenario, run
+from raymm.app.api import run
+from raymm.app.build import build_world, load_scenario
+from raymm.device.lockstep_host import LockstepHost, make_host
 from raymm.models.network import ModelOutput
-from raymm.policy import LossInputs
-from raymm.hosts import VectorisedHost, make_host
+from raymm.protocol.seams import LossInputs
 
 from helpers import tiny_scenario
 
@@ -44,9 +45,9 @@ def test_tide_vectorised_matches_sequential(caplog, adapter_path):
     world = build_world(sc)
     host = make_host(np.arange(world.population.n), world.population, world.dataset,
                      world.host_spec)
-    assert isinstance(host, VectorisedHost) and host.reason is None and host.vec is not None
+    assert isinstance(host, LockstepHost) and host.reason is None and host.vec is not None
     seq = run(load_scenario(_scenario(False, adapter_path)), out=None)
-    with caplog.at_level(logging.WARNING, logger="raymm.vectorised"):
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         vec = run(sc, out=None)
     # no bucket fell back to sequential training
     assert "failed" not in caplog.text and "sequentially" not in caplog.text

@@ -1,4 +1,4 @@
-"""`raymm.warmup.warm_up` takes the first lock-step call's one-time costs out of round 1 and
+"""`raymm.device.warmup.warm_up` takes the first lock-step call's one-time costs out of round 1 and
 changes nothing a run computes: the module's weights, the host's device state and the global
 torch random state are as before, and a warmed-up host trains bit for bit like a cold one."""
 
@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from raymm.app.build import build_world, load_scenario
+from raymm.device.lockstep_host import make_host
+from raymm.device.warmup import warm_up
+from raymm.protocol.messages import Broadcast, RoundPlan
+from raymm.server.server import Server
+
 from helpers import tiny_scenario
-from raymm.api import build_world, load_scenario
-from raymm.hosts import make_host
-from raymm.messages import Broadcast, RoundPlan
-from raymm.server import Server
-from raymm.warmup import warm_up
 
 
 def _hosts_and_round(**overrides: object) -> tuple:
@@ -30,7 +31,7 @@ def _hosts_and_round(**overrides: object) -> tuple:
 def test_warm_up_leaves_weights_state_and_random_stream_alone() -> None:
     _, host, _, _ = _hosts_and_round()
     assert host.vec is not None, "the tiny TIDE scenario should train in lock-step"
-    model = host.trainer.base.model
+    model = host.trainer.model
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     rng = torch.get_rng_state()
     warm_up(host)
@@ -61,7 +62,7 @@ def test_warm_up_works_on_a_sequential_host() -> None:
 
 
 def test_warm_up_transforms_leaves_the_random_stream_alone() -> None:
-    from raymm.warmup import warm_up_transforms
+    from raymm.device.warmup import warm_up_transforms
 
     rng = torch.get_rng_state()
     warm_up_transforms()

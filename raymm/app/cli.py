@@ -1,0 +1,206 @@
+"""`raymm` command line: run and validate scenarios.
+
+Every user mistake (a bad scenario, a missing data file) prints one message and exits with
+code 2, before any run directory is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from raymm import __version__
+from raymm.app.data_cli import add_data_parser, run_data
+from raymm.errors import Interrupted, RaymmError
+from raymm.io.paths import os_error_text
+
+EXIT_FAILED = 1  # a sweep finished, but some of its runs failed
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value, e.g. --set rounds=3 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raymm", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"raymm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario and write a run directory")
+    run.add_argument("scenario", nargs="?", default=None,
+                     help="scenario YAML file (optional with --resume)")
+    run.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="KEY=VALUE",
+                     help="override a scenario value, e.g. --set rounds=3 (repeatable)")
+    run.add_argument("--resume", metavar="RUN_DIR", default=None,
+                     help="continue a run directory from its newest checkpoint")
+    run.add_argument("--out", default=None, help="parent folder of the run directory "
+                                                 "(default: the scenario's output.dir)")
+    run.add_argument("--executor", choices=["serial", "ray"], default=None,
+                     help="where devices train (default: the scenario's execution.executor)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="show Ray's own log lines and warnings on stderr")
+    val = sub.add_parser("validate", help="check a scenario without running it")
+    _add_scenario_args(val)
+    add_data_parser(sub)
+    sw = sub.add_parser(
+        "sweep", help="run scenarios over seeds and write a comparison table",
+        description="Run scenarios over seeds and write a comparison table. Each run gets "
+                    "the directory runs/<scenario name>-seed<seed> under --out; running the "
+                    "same command again skips finished runs, continues interrupted ones from "
+                    "their newest checkpoint (output.checkpoint_every, or Ctrl-C) and refuses a "
+                    "directory that holds a run of another configuration. A run that fails "
+                    "does not stop the others; the sweep then exits with code 1.")
+    sw.add_argument("scenarios", nargs="+", help="scenario YAML files")
+    sw.add_argument("--seeds", type=int, nargs="*", default=[],
+                    help="seeds to run each scenario with (default: each scenario's own)")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override applied to every scenario (repeatable)")
+    sw.add_argument("--out", default="sweeps", help="folder for runs/ and comparison.{parquet,md}")
+    sw.add_argument("--executor", choices=["serial", "ray"], default=None)
+    sw.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="run up to N runs at once, each in its own process with "
+                         "max(1, cores // N) OpenMP/BLAS threads (and as many CPUs for an "
+                         "embedded Ray); its output goes to runs/<run>.log (default: 1, one "
+                         "after the other in this process)")
+    sw.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                    help="run each scenario under these methods (preset names), or 'all' for "
+                         "every named method that can run on it; same data, rounds, protocol "
+                         "and sync period (raymm.app.variants), runs named <scenario>_<method>")
+    _add_budget_args(sw)
+    cmp = sub.add_parser("compare", help="compare finished runs: one table and an "
+                                          "accuracy-vs-GiB plot")
+    cmp.add_argument("run_dirs", nargs="+",
+                     help="run directories, or folders of run directories (a sweep's runs/)")
+    cmp.add_argument("--out", default="comparison",
+                     help="folder for comparison.{parquet,md} and accuracy_vs_gib.png")
+    _add_budget_args(cmp)
+    # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app import bench
+
+    bench.build_parser(sub.add_parser(
+        "bench", help="the standard workload on raymm next to the bare loop (steady s/round)",
+        description=bench.__doc__.split("\n")[0]))
+    return parser
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--budget-gib", type=float, default=None, help="budget B for Acc@B (GiB)")
+    g.add_argument("--budget-from", default=None, metavar="SCENARIO_NAME",
+                   help="B = mean total traffic of this scenario's runs (the paper's choice)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "data":
+            return run_data(args)
+        if args.command in ("sweep", "compare"):
+            return _sweep(args)
+        if args.command == "bench":
+            # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+            from raymm.app import bench
+
+            bench.main(args)
+            return 0
+        return _run(args)
+    except Interrupted as exc:
+        print(f"raymm: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except RaymmError as exc:
+        print(f"raymm: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # a path that cannot be read or written: the user's to fix
+
+        print(f"raymm: {terminal_safe(os_error_text(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecursionError:
+        print("raymm: input nested too deeply to read", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryError:
+        print("raymm: out of memory: the scenario asks for more than this machine has "
+              "(fewer devices, samples or a smaller model)", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("raymm: aborted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def terminal_safe(text: str) -> str:
+    """Messages quote what the user wrote (a key, a name, a path); control characters in it
+    (terminal colour codes, NUL, a carriage return) are shown escaped, never sent to the
+    terminal. Line breaks of the message itself stay."""
+    return "\n".join("".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
+                     for line in text.split("\n"))
+
+
+def _validate(args: argparse.Namespace) -> int:
+    # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app.build import load_scenario
+
+    sc = load_scenario(args.scenario, args.overrides)
+    print(f"{args.scenario}: valid scenario {sc.name!r} (method={sc.method}, "
+          f"{sc.population.devices} devices, {sc.rounds} rounds, dataset {sc.dataset_name})")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app.api import run
+
+    if args.verbose:  # read where Ray starts (actors.ray_executor.ensure_ray)
+        os.environ["RAYMM_VERBOSE"] = "1"
+    if args.scenario is None and args.resume is None:
+        raise RaymmError("run: give a scenario file, or --resume RUN_DIR")
+    result = run(args.scenario, args.overrides, out=args.out, executor=args.executor,
+                 progress=not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS"),
+                 resume=args.resume)
+    s = result.summary
+    acc = s["final_accuracy"]
+    print(f"{s['name']}: {s['rounds_completed']} rounds, final accuracy "
+          f"{acc if acc is None else f'{acc:.4f}'}, best {s['best_accuracy']:.4f}, "
+          f"{s['gib_total'] * 1024:.2f} MiB traffic, {s['wall_seconds']:.1f} s wall")
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app.sweep import run_sweep
+    from raymm.results.tables import compare, write_comparison
+
+    if args.command == "sweep":
+        comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
+                         args.budget_gib, args.budget_from,
+                         progress=not os.environ.get("RAYMM_NO_PROGRESS"),
+                         methods=args.methods, jobs=args.jobs)
+        if comp.runs:
+            print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
+    else:
+        # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+        from raymm.results.compare import find_runs
+
+        comp = compare(find_runs(args.run_dirs), args.budget_gib, args.budget_from)
+        write_comparison(comp, args.out)
+        print(f"comparison written to {args.out}/comparison.{{parquet,md}} and "
+              f"{args.out}/accuracy_vs_gib.png")
+    print(comp.markdown, end="")
+    if comp.failed:
+        print("raymm sweep: not every run finished:", file=sys.stderr)
+        for line in comp.failed:
+            print(f"  - {terminal_safe(line)}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""`raymm data`: list datasets, prepare official releases, download public ones.
+
+Wiring in `raymm/app/cli.py`: `add_data_parser(sub)` in `build_parser`, and
+`if args.command == "data": return run_data(args)` in `main`. User mistakes raise
+`RaymmError`/`DataError`, which `cli.main` prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+# Converter options: (flag, argparse kwargs); the help text names the converters a flag applies
+# to. Defaults are None so only flags the user gave reach the converter (and a flag it does not
+# take is an error).
+_AV = "crema-d, ave"
+_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--sample-rate", {"type": int, "help": f"audio rate in Hz after resampling ({_AV}; 16000)"}),
+    ("--seconds", {"type": float, "help": f"fixed audio length ({_AV}; 3.0 / 5.0)"}),
+    ("--n-mels", {"type": int, "help": f"mel bands ({_AV}; 40)"}),
+    ("--hop-ms", {"type": float, "help": f"spectrogram hop in ms ({_AV}; 10)"}),
+    ("--image-size", {"type": int, "help": f"frame side in pixels ({_AV}; 64)"}),
+    ("--rgb", {"action": "store_true", "default": None,
+               "help": f"keep colour frames [3, H, W] instead of grey [H, W] ({_AV})"}),
+    ("--test-fraction", {"type": float,
+                         "help": f"share of actors/videos held out for test ({_AV}; 0.2)"}),
+    ("--skip-missing", {"action": "store_true", "default": None,
+                        "help": f"drop clips lacking audio or frames instead of failing ({_AV})"}),
+    ("--classes", {"type": int, "choices": [2, 3, 7],
+                   "help": "cmu-mosei: 2 (sentiment >= 0 is positive), 3 (negative, neutral, "
+                           "positive: the rounded score clipped to [-1, 1]) or 7 (rounded score)"}),
+    ("--keep-time", {"action": "store_true", "default": None,
+                     "help": "cmu-mosei: keep [T, d] features instead of the mean over time"}),
+]
+
+
+class _LazyNames:
+    """Choices read from a registry only when argparse checks or shows them: importing the
+    registries imports torch (~2 s), which `raymm --help` must not pay."""
+
+    def __init__(self, module: str, attr: str) -> None:
+        self.module, self.attr = module, attr
+
+    def _names(self) -> list[str]:
+        import importlib
+
+        return sorted(getattr(importlib.import_module(self.module), self.attr))
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._names()
+
+    def __iter__(self) -> Any:
+        return iter(self._names())
+
+
+def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `data` command (with `list`, `prepare`, `download`) to `raymm`'s subparsers."""
+    data = subparsers.add_parser("data", help="list, prepare and download datasets",
+                                 description=__doc__.split("\n")[0])
+    sub = data.add_subparsers(dest="data_command")
+    sub.add_parser("list", help="datasets, where each is expected, and whether it is there")
+    prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
+    prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS"),
+                      metavar="NAME", help="converter: %(choices)s")
+    prep.add_argument("--from", dest="src", required=True, metavar="PATH",
+                      help="the release: a folder, zip or pickle (see docs/data.md)")
+    prep.add_argument("--out", default=None, metavar="FILE",
+                      help="output .npz (default: the dataset's file under $RAYMM_DATA)")
+    prep.add_argument("--force", action="store_true", help="replace an existing output")
+    prep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for flag, kwargs in _OPTIONS:
+        prep.add_argument(flag, **kwargs)
+    dl = sub.add_parser("download", help="fetch a public release, checking its SHA-256")
+    dl.add_argument("name", choices=_LazyNames("raymm.data.download", "SOURCES"),
+                    metavar="NAME", help="public release: %(choices)s")
+    dl.add_argument("--out", default=None, metavar="DIR", help="folder (default: $RAYMM_DATA)")
+    dl.add_argument("--sha256", default=None, help="expected SHA-256 (overrides the registry's)")
+    dl.add_argument("--url", default=None, help="fetch from this mirror instead")
+    dl.add_argument("--force", action="store_true", help="download again if the file exists")
+    dl.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return data
+
+
+def run_data(args: argparse.Namespace) -> int:
+    """Run `raymm data ...`; returns the exit code (errors raise, see the module docstring)."""
+    command = getattr(args, "data_command", None) or "list"
+    if command == "prepare":
+        return _prepare(args)
+    if command == "download":
+        return _download(args)
+    print(list_text())
+    return 0
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS")
+
+
+def expected_files(loader: Any) -> list[Path] | None:
+    """The files a loader reads with its default params (`required_files(Params())`), or None
+    when it cannot say. An empty list means the data is built in or generated.
+    """
+    try:
+        params = loader.Params()
+    except ValidationError:  # a required field without default: no default file either
+        return None
+    return list(loader.required_files(params))
+
+
+def list_text() -> str:
+    # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.data import DATASETS, resolve_data_path
+    from raymm.data.base import data_root
+    from raymm.data.download import SOURCES
+    from raymm.data.prepare import CONVERTERS
+
+    root = os.environ.get("RAYMM_DATA")
+    lines = [f"RAYMM_DATA={root}" if root else
+             f"RAYMM_DATA is not set: relative paths resolve under {data_root().resolve()}",
+             "datasets (scenario `dataset: {name: ...}`):"]
+    width = max(map(len, [*DATASETS, *CONVERTERS]))
+    for name in sorted(DATASETS):
+        files = expected_files(DATASETS[name])
+        if files is None:
+            state = "needs a path in the scenario"
+        elif not files:
+            state = "built in / generated"
+        else:
+            missing = [p for p in files if not p.exists()]
+            state = f"{'missing' if missing else 'present'}  {', '.join(map(str, files))}"
+        lines.append(f"  {name:<{width}}  {state}")
+    lines.append("releases (raymm data prepare NAME --from PATH [--out FILE]):")
+    for name in sorted(CONVERTERS):
+        conv = CONVERTERS[name]
+        out = resolve_data_path(conv.default_file)
+        how = (f"; or: raymm data download {name}" if name in SOURCES else "")
+        lines.append(f"  {name:<{width}}  {'present' if out.exists() else 'missing'}  {out}"
+                     f"  (--from {conv.expects}{how})")
+    return "\n".join(lines)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.data.prepare import prepare
+
+    names = (flag.lstrip("-").replace("-", "_") for flag, _ in _OPTIONS)
+    options = {k: v for k in names if (v := getattr(args, k)) is not None}
+    res = prepare(args.name, args.src, args.out, force=args.force, progress=_progress(args),
+                  **options)
+    sizes = ", ".join(f"{sp} {n}" for sp, n in res.sizes.items())
+    shapes = ", ".join(f"{m} {list(s)}" for m, s in res.shapes.items())
+    print(f"prepared {args.name}: {res.path} ({sizes}; {shapes}; "
+          f"{len(res.class_names)} classes)")
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.data.download import SOURCES, download
+
+    res = download(args.name, args.out, url=args.url, sha256=args.sha256, force=args.force,
+                   progress=_progress(args))
+    verb = "already present" if res.already else "downloaded"
+    print(f"{verb}: {res.path} ({res.size / 2**20:.1f} MiB)")
+    check = "verified" if res.verified else "not verified: no checksum known (pin it with --sha256)"
+    print(f"sha256 {res.sha256} ({check})")
+    conv = SOURCES[args.name].prepare
+    if conv:
+        print(f"next: raymm data prepare {conv} --from {res.path}")
+    return 0

@@ -1,0 +1,414 @@
+"""The scenario schema: typed, strict, validated as a whole before Ray starts.
+
+A scenario is a YAML mapping. `method:` names a preset (a bundle of policy and model choices)
+whose values the scenario's own keys override. Unknown keys, bad values and cross-field
+mistakes (K > devices, a sensor the dataset lacks, d > D, a missing data file, an unknown policy)
+are all collected and raised together as one `ScenarioError`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from raymm.config.strict_yaml import load_yaml
+from raymm.errors import ScenarioError
+from raymm.io.paths import read_text
+
+PATTERNS: dict[str, tuple[int, int]] = {
+    # name: (period D, online rounds d per period)
+    "always": (1, 1),
+    "business_hours": (60, 40),
+    "overnight": (40, 20),
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierSpec(Strict):
+    """Devices sharing one sensor set. Give `count` or `fraction` (of the population)."""
+
+    #: sensors these devices hold (a subset of the dataset's sensors)
+    sensors: list[str] = Field(min_length=1)
+    #: number of devices in this tier
+    count: int | None = Field(default=None, ge=0)
+    #: share of the population in this tier (largest-remainder rounding)
+    fraction: float | None = Field(default=None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> TierSpec:
+        if (self.count is None) == (self.fraction is None):
+            raise ValueError("give exactly one of count or fraction")
+        return self
+
+
+class AvailabilitySpec(Strict):
+    """A periodic availability pattern: online when (t + phase) mod period < online."""
+
+    #: always; business_hours = 40 of every 60 rounds; overnight = 20 of every 40;
+    #: custom = period/online
+    pattern: Literal["always", "business_hours", "overnight", "custom"] = "always"
+    #: share of devices following this pattern (assigned independently of sensors)
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    #: D, the period in rounds (custom only)
+    period: int | None = Field(default=None, ge=1)
+    #: d, online rounds per period, d ≤ D (custom only)
+    online: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> AvailabilitySpec:
+        if self.pattern == "custom":
+            if self.period is None or self.online is None:
+                raise ValueError("a custom pattern needs period (D) and online (d)")
+            if self.online > self.period:
+                raise ValueError(f"online rounds d={self.online} exceed the period D={self.period}")
+        elif self.period is not None or self.online is not None:
+            raise ValueError(f"period/online are fixed for pattern {self.pattern!r}; use custom")
+        return self
+
+    def clock(self) -> tuple[int, int]:
+        if self.pattern == "custom":
+            assert self.period is not None and self.online is not None
+            return self.period, self.online
+        return PATTERNS[self.pattern]
+
+
+class HardwareSpec(Strict):
+    """A hardware profile; `jitter` spreads each device's speed and bandwidths by ±jitter
+    (uniform, drawn per device)."""
+
+    #: label shown in devices.parquet
+    name: str = "default"
+    #: share of devices with this profile
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    #: compute speed; simulated training time = epochs × samples × FLOPs per sample / speed
+    gflops: float = Field(default=5.0, gt=0)
+    #: uplink bandwidth (Mbit/s)
+    up_mbps: float = Field(default=10.0, gt=0)
+    #: downlink bandwidth (Mbit/s)
+    down_mbps: float = Field(default=50.0, gt=0)
+    #: each device's speed and bandwidths vary by ±jitter around the profile
+    jitter: float = Field(default=0.0, ge=0, lt=1)
+
+
+class PartitionSpec(Strict):
+    #: dirichlet label skew, iid, or one device per data group (e.g. subject)
+    kind: Literal["dirichlet", "iid", "by_group"] = "dirichlet"
+    #: Dirichlet concentration (smaller = more skewed labels)
+    alpha: float = Field(default=0.5, gt=0)
+    #: devices below this are topped up from the largest devices
+    min_samples: int = Field(default=2, ge=1)
+
+
+class PopulationSpec(Strict):
+    #: number of simulated devices N
+    devices: int = Field(default=20, ge=1)
+    #: sensor tiers (default: one tier holding every sensor)
+    tiers: list[TierSpec] | None = None
+    #: availability patterns and their shares
+    availability: list[AvailabilitySpec] = Field(default_factory=lambda: [AvailabilitySpec()])
+    #: hardware profiles and their shares
+    hardware: list[HardwareSpec] = Field(default_factory=lambda: [HardwareSpec()])
+    #: how the training split is divided over devices
+    partition: PartitionSpec = PartitionSpec()
+    #: split every device's samples into its own train/test part (e.g. 0.2 = 80/20), seeded;
+    #: None keeps all of a device's samples for training (pooled evaluation only)
+    local_test_fraction: float | None = Field(default=None, gt=0, lt=1)
+
+
+class ModelSpec(Strict):
+    """Per-sensor encoders, a fusion layer and a task head (see raymm.models)."""
+
+    #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for
+    #: images; identity passes the flattened input on as the embedding (no parameters: with
+    #: one sensor, fusion + head is the plain MLP of the standard benchmark workload);
+    #: resnet18 = torchvision's ResNet-18 with GroupNorm, for [H, W] (one channel:
+    #: spectrograms) or [C, H, W] inputs (11.2M parameters per sensor)
+    encoder: Literal["auto", "mlp", "cnn1d", "cnn2d", "resnet18", "identity"] = "auto"
+    #: per-sensor encoder kind, overriding `encoder`
+    encoders: dict[str, Literal["mlp", "cnn1d", "cnn2d", "resnet18", "identity"]] = Field(
+        default_factory=dict)
+    #: embedding size of each sensor encoder
+    embed_dim: int = Field(default=32, ge=1)
+    #: hidden width of MLP encoders
+    hidden: int = Field(default=64, ge=1)
+    #: concat = fusion layer + task head (group `shared`); sum_logits = late fusion by
+    #: summing per-sensor heads
+    fusion: Literal["concat", "sum_logits"] = "concat"
+    #: size of the fused representation z
+    fusion_dim: int = Field(default=64, ge=1)
+    #: give each sensor its own classification head (in its group)
+    aux_heads: bool = False
+    #: a device-local residual adapter on z that never leaves the device
+    adapter: bool = False
+
+
+class TrainingSpec(Strict):
+    #: local epochs per selected device per round
+    local_epochs: int = Field(default=1, ge=1)
+    #: local minibatch size
+    batch_size: int = Field(default=32, ge=1)
+    #: local learning rate
+    lr: float = Field(default=0.05, gt=0)
+    #: local optimizer (fresh each round)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    #: SGD momentum
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    #: L2 weight decay
+    weight_decay: float = Field(default=0.0, ge=0)
+    #: what a selected device trains and uploads: every group (plain FedAvg on a multimodal
+    #: model) or only the groups of the sensors it holds plus `shared` (pod-wise methods).
+    upload: Literal["all", "held"] = "all"
+    #: torch intra-op threads per training process; 1 keeps results bit-identical everywhere.
+    threads: int = Field(default=1, ge=1)
+    #: train a host's selected devices in lock-step with torch.func (raymm.device.lockstep) instead
+    #: of one after another; falls back to sequential (logged) for objectives that do not opt in
+    vectorise: bool = False
+    #: at most this many devices per lock-step program (bounds memory; results do not depend
+    #: on it)
+    vectorise_chunk: int = Field(default=1024, ge=1)
+    #: what a device keeps between rounds and exchanges with the server (see
+    #: raymm.protocol.exchange): "params" downloads the server's vectors whenever selected and
+    #: uploads trained vectors; "delta" keeps its own parameters, downloads at the first round of
+    #: each sync window and uploads its change at sync rounds; "none" keeps its own parameters and
+    #: never communicates; "personal" keeps its own parameters and exchanges only extras (e.g.
+    #: FedProto's prototypes), on the sync windows of "delta".
+    exchange: Literal["params", "delta", "none", "personal"] = "params"
+    #: rounds per sync window (FedMChain's υ) when exchange is "delta" or "personal"
+    sync_every: int = Field(default=1, ge=1)
+
+
+class PolicySpec(BaseModel):
+    """`name` picks a registered policy; every other key is that policy's parameter."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SelectionSpec(PolicySpec):
+    #: selection policy (see Policies below)
+    name: str = "random"
+    #: K, devices selected per round (at most)
+    k: int = Field(default=10, ge=1)
+
+
+class ActorSpec(Strict):
+    #: CPUs each DeviceActor asks Ray for (fractions allowed)
+    num_cpus: float = Field(default=1.0, ge=0)
+    #: GPUs each DeviceActor asks for; 0.1 packs ten actors per GPU
+    num_gpus: float = Field(default=0.0, ge=0)
+    #: custom Ray resources each DeviceActor asks for
+    resources: dict[str, float] = Field(default_factory=dict)
+    #: times Ray restarts a DeviceActor that died
+    max_restarts: int = Field(default=3, ge=0)
+
+
+class ExecutionSpec(Strict):
+    #: serial (in-process reference) or ray
+    executor: Literal["serial", "ray"] = "ray"
+    #: devices hosted by each DeviceActor; auto = as many actors as the cluster fits
+    devices_per_actor: int | Literal["auto"] = "auto"
+    #: resources of each DeviceActor
+    actor: ActorSpec = ActorSpec()
+    #: address of an existing cluster ("auto" reads RAY_ADDRESS); None starts a local Ray.
+    address: str | None = None
+    #: CPUs of the embedded local Ray (None: all of this machine's).
+    local_num_cpus: int | None = Field(default=None, ge=1)
+    #: where devices train: auto = a GPU when there is one (the serial executor: when torch sees
+    #: CUDA; a DeviceActor: when Ray gave it a GPU that torch can use), cpu = always the CPU,
+    #: cuda = a GPU or a clear error (DeviceActors then need `actor.num_gpus` > 0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: Ray: the server plans round t+1 as soon as it has aggregated round t, while the round's
+    #: statistics travel to the driver (one Ray round trip less per round); never after an
+    #: evaluation or a checkpoint round, which the next plan may depend on. Same numbers
+    #: either way
+    plan_ahead: bool = True
+
+
+class EvalSpec(Strict):
+    #: evaluate every N rounds (and after the last round)
+    every: int = Field(default=1, ge=1)
+    #: evaluation batch size
+    batch_size: int = Field(default=2048, ge=1)
+    #: communication budget B in GiB for Acc@B and Acc@B/2 (None: not reported)
+    budget_gib: float | None = Field(default=None, gt=0)
+    #: stop after this many evaluations without a new best accuracy (None: never)
+    early_stop_patience: int | None = Field(default=None, ge=1)
+    #: "pooled": the global model on the dataset's test split; "devices": every device on its
+    #: own test part with the model it would use (needs population.local_test_fraction);
+    #: "both": the pooled metrics (accuracy, early stopping, Acc@B stay global) and, next to
+    #: them, the per-device ones as personal_* (a device predicts with its own adapter)
+    scope: Literal["pooled", "devices", "both"] = "pooled"
+
+
+class OutputSpec(Strict):
+    #: parent folder of run directories
+    dir: str = "runs"
+    #: write TensorBoard events and pictures
+    tensorboard: bool = True
+    #: write a checkpoint every N rounds (0: only on Ctrl-C); `raymm run --resume DIR` continues
+    checkpoint_every: int = Field(default=0, ge=0)
+    #: how many newest checkpoints to keep
+    keep_checkpoints: int = Field(default=2, ge=1)
+
+
+class FaultSpec(Strict):
+    """Deterministic fault injection; every decision is drawn from (seed, round, unit)."""
+
+    #: stream seed of the faults (None: the scenario's seed)
+    seed: int | None = Field(default=None, ge=0)
+    #: per round and DeviceActor (per host on the serial executor): the actor dies mid-round
+    actor_kill_prob: float = Field(default=0.0, ge=0, le=1)
+    #: per selected device: it crashes before returning its update
+    device_crash_prob: float = Field(default=0.0, ge=0, le=1)
+    #: simulated-time round deadline in seconds; slower devices are dropped as stragglers
+    deadline_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.actor_kill_prob or self.device_crash_prob or self.deadline_seconds)
+
+
+class Scenario(Strict):
+    """A whole simulation: data, devices, model, policies, execution and output."""
+
+    #: run name (the run directory is <name>-<timestamp>)
+    name: str = Field(min_length=1)
+    #: every random draw derives from it
+    seed: int = Field(default=0, ge=0)
+    #: number of rounds
+    rounds: int = Field(ge=1)
+    #: a preset name (fedavg, fedprox, …) whose values this scenario overrides
+    method: str | None = None
+    #: free text
+    description: str = ""
+    #: `name` of a registered dataset plus its parameters (see docs/data.md)
+    dataset: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
+    #: the simulated devices
+    population: PopulationSpec = PopulationSpec()
+    #: the multimodal model
+    model: ModelSpec = ModelSpec()
+    #: local training
+    training: TrainingSpec = TrainingSpec()
+    #: who trains each round
+    selection: SelectionSpec = SelectionSpec()
+    #: how updates combine
+    aggregation: PolicySpec = PolicySpec(name="fedavg")
+    #: which parameter groups are active each round
+    schedule: PolicySpec = PolicySpec(name="joint")
+    #: the local loss
+    objective: PolicySpec = PolicySpec(name="ce")
+    #: where devices run
+    execution: ExecutionSpec = ExecutionSpec()
+    #: evaluation
+    eval: EvalSpec = EvalSpec()
+    #: run directory and checkpoints
+    output: OutputSpec = OutputSpec()
+    #: deterministic fault injection
+    faults: FaultSpec = FaultSpec()
+
+    @property
+    def dataset_name(self) -> str:
+        return str(self.dataset.get("name", ""))
+
+    def dataset_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.dataset.items() if k != "name"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A scenario file: a regular, small, UTF-8 file of strict YAML (see raymm.config.limits)."""
+
+    p = Path(path)
+    try:
+        data = load_yaml(read_text(p, "scenario file"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"not valid YAML: {exc}"], str(p)) from None
+    except ValueError as exc:
+        raise ScenarioError([str(exc)], str(p)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError([f"the top level must be a mapping, got {type(data).__name__}"], str(p))
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value parsed as YAML)."""
+    if "=" not in item:
+        raise ScenarioError([f"--set {item!r}: expected key.path=value"])
+    key, _, raw = item.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ScenarioError([f"--set {item!r}: empty key"])
+
+    try:
+        value = load_yaml(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    except ValueError as exc:
+        raise ScenarioError([f"--set {key.strip()}: {exc}"]) from None
+    return parts, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of `data` with each `key.path=value` set (the input is not mutated)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        parts, value = parse_override(item)
+        node = out
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[p] = nxt
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; anything else in `top` replaces `base`."""
+    out = copy.deepcopy(dict(base))
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            # a policy section that names another policy starts from scratch, so a preset's
+            # parameters for its own policy do not leak into a different one
+            if "name" in v and v.get("name") != out[k].get("name"):
+                out[k] = copy.deepcopy(dict(v))
+            else:
+                out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _loc(err: Mapping[str, Any]) -> str:
+    return ".".join(str(p) for p in err["loc"]) or "(top level)"
+
+
+def format_validation_error(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif err["type"] == "literal_error":
+            msg = f"{msg} (got {err.get('input')!r})"
+        problems.append(f"{_loc(err)}: {msg}")
+    return problems

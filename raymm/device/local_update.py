@@ -1,0 +1,387 @@
+"""A device's local update, written once: the loss of a minibatch, the minibatch loop and the
+optimizer step, for one device or, under `torch.func.vmap`, for many in lock-step.
+
+`raymm.device.sequential.SequentialTrainer` (the sequential reference path) runs it for one device;
+`raymm.device.lockstep.LockstepTrainer` runs it for a bucket of devices whose parameters are
+stacked along a leading device axis. Both build a `LocalUpdate`, feed `LocalUpdate.run` their
+minibatches (`Batch`: drawing and padding them is each path's own business) and a gradient
+function made by the update itself: `one_device` differentiates the loss with
+`torch.autograd.grad`; `many_devices` runs the loss under `vmap` (one loss per device) and
+takes one `torch.autograd.grad` of their sum -- devices share no parameters, so its gradient
+with respect to a device's stacked parameters is that device's own gradient, and one plain
+reverse pass through the batched operations costs far less than `vmap(grad(loss))`, whose
+per-operation transform was most of a step's time at these model sizes. On both paths a
+parameter the loss does not use gets no gradient and no step, as in `torch.optim`. Everything
+else -- the forward pass with the given parameters, the objective's loss, the gradient sums of
+`needs_grad_mean`, the optimizer -- is the same code on both paths.
+
+`FunctionalOptimizer` is `torch.optim.SGD` (momentum, L2 weight decay; no dampening, no
+Nesterov) and `torch.optim.Adam` (betas 0.9/0.999, eps 1e-8, L2 weight decay, no amsgrad) as
+pure functions, with torch's own operations in torch's order, so the sequential path's numbers
+are torch.optim's bit for bit. Every operation is elementwise with Python-scalar coefficients,
+so the same call on stacked [G, ...] tensors is what `vmap` over devices would compute: the
+lock-step path calls it on the stacks directly.
+
+What an objective must provide to train in lock-step (it opts in with `vectorisable = True`):
+  * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and autograd:
+    no `.item()`/`float()`, no Python branches on tensor values, no in-place updates of inputs,
+    no random draws inside the loss (draw in `augment`);
+  * every reduction over samples honours `inp.weight` (float [B]; None on the sequential path):
+    use `raymm.protocol.losses.sample_mean`, and keep padding rows out of anything that compares
+    samples within the batch (e.g. `raymm.protocol.losses.contrastive_ce`);
+  * Python-level structure may depend only on what a bucket shares: `inp.held`, the keys of
+    `inp.trainable`/`inp.anchor`, `inp.extras` (the server's broadcast, identical for every
+    device) and `inp.round`. Inside the loss, `inp.trainable[name]`, `inp.anchor[name]`,
+    `inp.y`, `inp.present` and `inp.out` are one device's unbatched views;
+  * the module's forward reads its parameters as attributes (what `ModuleCall` replaces), and
+    uses `.detach()` (or `torch.no_grad()`) for stop-gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.func import vmap
+
+from raymm.config.schema import TrainingSpec
+from raymm.protocol.seams import LossInputs, Objective
+
+Params = dict[str, Tensor]
+Grads = Mapping[str, Tensor | None]
+#: (params, batch) -> (loss, gradient per parameter; None: the loss did not use it)
+GradFn = Callable[[Params, "Batch"], tuple[Tensor, Grads]]
+
+
+class Batch(NamedTuple):
+    """One minibatch of one device ([B, ...]) or of a bucket ([G, B, ...]). A NamedTuple, so
+    that `vmap` maps over its tensors."""
+
+    x: dict[str, Tensor]     # per sensor; all-zero for sensors the device lacks
+    y: Tensor
+    present: Tensor          # float [B, M]: sensor present in this sample
+    weight: Tensor | None    # float [B]: 1 real row, 0 padding; None: every row is real
+
+
+class ModuleCall:
+    """Calls one shared module with the parameter tensors given per call in place of its own
+    (what `torch.func.functional_call` does, vmappable alike). The module's parameters are
+    plain attributes of a handful of submodules, so swapping them in its `_parameters` and
+    back is all it takes. The sequential path calls it once per minibatch of every device:
+    on the bench model (`scenarios/bench/standard.yaml`) a forward pass costs 50 us through it
+    and 93 us through `functional_call` (which re-walks the module for tied weights on every
+    call), against 50 us calling the module itself. Buffers stay the module's own."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        named = list(model.named_parameters(remove_duplicate=False))
+        if len({id(p) for _, p in named}) != len(named):
+            raise ValueError("ModuleCall needs a module without tied parameters")
+        self.slots: dict[str, tuple[nn.Module, str]] = {}
+        for name, _ in named:
+            owner, _, attr = name.rpartition(".")
+            self.slots[name] = (model.get_submodule(owner), attr)
+
+    def __call__(self, params: Mapping[str, Tensor], *args: Any, **kwargs: Any) -> Any:
+        saved = []
+        try:
+            for name, value in params.items():
+                mod, attr = self.slots[name]
+                saved.append((mod, attr, mod._parameters[attr]))
+                mod._parameters[attr] = value  # type: ignore[assignment]  # a plain tensor
+            return self.model(*args, **kwargs)
+        finally:
+            for mod, attr, own in reversed(saved):
+                mod._parameters[attr] = own
+
+
+@dataclass
+class OptimizerState:
+    """Per parameter: the steps it took (torch counts per parameter), Adam's moments, SGD's
+    momentum buffer. A step returns a new state and leaves this one as it was."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+    m: Params = field(default_factory=dict)
+    v: Params = field(default_factory=dict)
+    buf: Params = field(default_factory=dict)
+
+
+class FunctionalOptimizer:
+    """The `TrainingSpec`'s local optimizer (fresh every round) as a pure step:
+    `step(params, grads, state) -> (params, state)`, nothing updated in place."""
+
+    BETAS = (0.9, 0.999)
+    EPS = 1e-8
+
+    def __init__(self, training: TrainingSpec) -> None:
+        self.kind = training.optimizer
+        self.lr, self.momentum, self.weight_decay = (training.lr, training.momentum,
+                                                     training.weight_decay)
+
+    def step(self, params: Params, grads: Grads, state: OptimizerState,
+             spend: bool = False) -> tuple[Params, OptimizerState]:
+        """`spend`: the caller is done with `grads`, so plain SGD may write the new parameters
+        into their memory (same numbers; it saves a fresh tensor per parameter and step)."""
+        with torch.no_grad():
+            if self.kind == "adam":
+                return self._adam(params, grads, state)
+            return self._sgd(params, grads, state, spend)
+
+    def _sgd(self, params: Params, grads: Grads, state: OptimizerState, spend: bool
+             ) -> tuple[Params, OptimizerState]:
+        """torch.optim.SGD's single-tensor arithmetic."""
+        out, buf = dict(params), dict(state.buf) if self.momentum else state.buf
+        spare = _spare(grads, params) if spend and not self.momentum else set()
+        for name, p in params.items():
+            g = grads.get(name)
+            if g is None:  # a parameter the loss did not use: torch.optim skips it too
+                continue
+            free = name in spare   # g's memory may take the new parameters
+            if self.weight_decay:
+                g, free = g.add(p, alpha=self.weight_decay), True
+            if self.momentum:
+                b = buf.get(name)
+                g = buf[name] = g if b is None else b.mul(self.momentum).add(g)
+                free = False
+            out[name] = torch.add(p, g, alpha=-self.lr, out=g) if free \
+                else p.add(g, alpha=-self.lr)
+        return out, OptimizerState(state.steps, state.m, state.v, buf) if self.momentum \
+            else state
+
+    def _adam(self, params: Params, grads: Grads, state: OptimizerState
+              ) -> tuple[Params, OptimizerState]:
+        """torch.optim.Adam's arithmetic, with its multi-tensor operations (on CPU they are the
+        single-tensor ones, op for op). Parameters that took the same number of steps share one
+        bias correction: normally all of them; one that sometimes gets no gradient keeps its
+        own count, as in torch."""
+        steps, m, v = dict(state.steps), dict(state.m), dict(state.v)
+        by_step: dict[int, dict[str, Tensor]] = {}  # step count -> gradient per parameter
+        for name, g in grads.items():
+            if g is not None:
+                steps[name] = steps.get(name, 0) + 1
+                by_step.setdefault(steps[name], {})[name] = g
+        out = dict(params)
+        b1, b2 = self.BETAS
+        for step, got in by_step.items():
+            names, gs = list(got), list(got.values())
+            ps = [params[n] for n in names]
+            if self.weight_decay:
+                gs = list(torch._foreach_add(gs, ps, alpha=self.weight_decay))
+            ms = torch._foreach_lerp([m[n] if n in m else torch.zeros_like(p)
+                                      for n, p in zip(names, ps)], gs, 1 - b1)
+            vs = torch._foreach_mul([v[n] if n in v else torch.zeros_like(p)
+                                     for n, p in zip(names, ps)], b2)
+            torch._foreach_addcmul_(vs, gs, gs, 1 - b2)
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, math.sqrt(1 - b2 ** step))
+            torch._foreach_add_(denom, self.EPS)
+            new = torch._foreach_addcdiv(ps, ms, denom, -self.lr / (1 - b1 ** step))
+            for i, n in enumerate(names):
+                out[n], m[n], v[n] = new[i], ms[i], vs[i]
+        return out, OptimizerState(steps, m, v, dict(state.buf))
+
+
+@dataclass
+class UpdateResult:
+    params: Params                  # the trained parameters
+    losses: list[Tensor]            # one per minibatch (per device under vmap: [G] each)
+    grad_sum: Params | None         # summed gradients (with `needs_grad_mean`)
+
+
+class LocalUpdate:
+    """One round's local update of one device, or of a bucket of devices that share its Python
+    structure (held sensors, trained groups, steps per epoch)."""
+
+    def __init__(self, call: ModuleCall, objective: Objective, training: TrainingSpec, *,
+                 use_adapter: bool, held: tuple[str, ...], extras: dict[str, Tensor],
+                 round: int, groups: tuple[str, ...]) -> None:
+        self.call, self.objective = call, objective
+        self.optimizer = FunctionalOptimizer(training)
+        self.forward_kw = {"use_adapter": use_adapter,
+                           "split_adapter": use_adapter and bool(objective.split_adapter)}
+        self.held, self.extras, self.round, self.groups = held, extras, round, groups
+
+    def loss(self, train: Params, anchor: Params, fixed: Params, local: Params,
+             batch: Batch) -> Tensor:
+        """The objective's loss of one minibatch of one device: the module run with `train`
+        (the parameters being trained) and `fixed` (others not left in the module)."""
+        out = self.call({**fixed, **train}, batch.x, batch.present, **self.forward_kw)
+        return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
+                                              anchor, self.extras, self.round, local,
+                                              self.groups, batch.weight))
+
+    def one_device(self, anchor: Params, local: Params) -> GradFn:
+        """The loss and gradients of one device's minibatch; parameters not trained are the
+        module's own."""
+        def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
+            for p in params.values():
+                p.requires_grad_(True)
+            loss = self.loss(params, anchor, {}, local, batch)
+            gs = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+            return loss.detach(), dict(zip(params, gs))
+        return grads
+
+    def many_devices(self, anchor: Params, shared: Params, frozen: Params,
+                     local: Params) -> GradFn:
+        """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
+        `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
+        along the device axis; `shared` (untrained, the same for all) is not."""
+        def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch) -> Tensor:
+            return self.loss(train, anc, {**shared, **frz}, loc, batch)
+        losses_of = vmap(one)
+        stacked = (anchor, frozen, local)
+        rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
+
+        def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
+            # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
+            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
+            if k not in rows:
+                rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
+            loss = losses_of(leaves, *rows[k], batch)
+            gs = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
+            return loss.detach(), dict(zip(leaves, gs))
+        return grads
+
+    def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
+             keep_grads: bool = True) -> tuple[Params, OptimizerState, Tensor, Grads]:
+        """One minibatch: (new parameters, new optimizer state, loss, gradients -- none unless
+        `keep_grads`, whose memory the step may then reuse); nothing given is changed."""
+        loss, grads = grads_of(params, batch)
+        params, state = self.optimizer.step(in_layout_of(params, grads), grads, state,
+                                            spend=not keep_grads)
+        return params, state, loss, grads if keep_grads else {}
+
+    def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
+            grad_sum: bool = False) -> UpdateResult:
+        """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
+        builds its optimizer anew every round).
+
+        In lock-step, a minibatch may be for fewer devices than `params` holds: for its first
+        k (a bucket is ordered by steps per epoch, most first, so the devices with a minibatch
+        in a step are always a prefix). The others are set aside untouched -- parameters,
+        optimizer state, gradient sums -- and rejoin when a later minibatch (the next epoch's)
+        is for them again, and at the end: a device's numbers are those of its own steps only.
+        """
+        state = OptimizerState()
+        sums: Params | None = {} if grad_sum else None
+        losses = []
+        aside = _SetAside()
+        for batch in batches:
+            if batch.weight is not None:
+                params, state, sums = aside.resize(batch.weight.shape[0], params, state, sums)
+            params, state, loss, grads = self.step(params, state, batch, grads_of,
+                                                   keep_grads=sums is not None)
+            if sums is not None:
+                for name, g in grads.items():
+                    if g is not None:
+                        sums[name] = sums[name] + g if name in sums else g
+            losses.append(loss)
+        params, state, sums = aside.resize(None, params, state, sums)
+        return UpdateResult(params, losses, sums)
+
+
+def _spare(grads: Grads, params: Params) -> set[str]:
+    """The gradients whose memory is theirs alone: not a view, not overlapping, shared with
+    no other gradient (autograd may hand one tensor to both inputs of an addition) and with
+    no parameter."""
+    held = {n: g for n, g in grads.items() if g is not None}
+    owners = Counter(t.untyped_storage().data_ptr()
+                     for t in (*held.values(), *params.values()))
+    return {n for n, g in held.items()
+            if g._base is None and g.permute(memory_order(g)).is_contiguous()
+            and owners[g.untyped_storage().data_ptr()] == 1}
+
+
+def in_layout_of(params: Params, grads: Grads) -> Params:
+    """`params` with each tensor laid out in memory as its gradient is (same values, copied
+    only where the layouts differ). Under vmap a linear layer's weight gradient comes out
+    transposed per device ([G, out, in] with strides (out*in, 1, out)); adding it to a
+    row-major weight takes torch's slow strided loop (2-6 ms at G = 500 against 0.7 ms), and
+    the next forward then multiplies by a transposed view, also a slower kernel. Laid out like
+    the gradient, every later step, its optimizer state included, stays in one layout.
+    Elementwise arithmetic does not depend on layout: the numbers are the same."""
+    out = None
+    for name, g in grads.items():
+        p = params[name]
+        if g is not None and not _same_order(p, g):
+            if out is None:
+                out = dict(params)
+            out[name] = torch.empty_like(g).copy_(p)
+    return params if out is None else out
+
+
+def _same_order(p: Tensor, g: Tensor) -> bool:
+    """Whether `p`'s stored dimensions lie in memory in the order `g`'s do. A dimension `p`
+    only broadcasts (stride 0: the same values for every device) is not stored: an expanded
+    starting value laid out like the gradient adds to it at full speed without a copy."""
+    ps, gs = p.stride(), g.stride()
+    if ps == gs:  # always so on the sequential path: no sorting per step there
+        return True
+    dims = [d for d in range(p.dim()) if ps[d] != 0 and p.shape[d] > 1]
+    return _order(ps, dims) == _order(gs, dims)
+
+
+def _order(strides: tuple[int, ...], dims: list[int]) -> list[int]:
+    """`dims` from outermost to innermost in memory."""
+    return sorted(dims, key=lambda d: (-strides[d], d))
+
+
+def memory_order(t: Tensor) -> tuple[int, ...]:
+    """`t`'s dimensions from outermost to innermost in memory (by stride)."""
+    return tuple(_order(t.stride(), list(range(t.dim()))))
+
+
+def laid_out(t: Tensor, order: tuple[int, ...]) -> Tensor:
+    """`t`'s values in a new tensor whose dimensions lie in memory in `order` (outermost
+    first); `t` itself when it already does."""
+    if t.permute(order).is_contiguous():
+        return t
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return t.permute(order).contiguous().permute(inverse)
+
+
+class _SetAside:
+    """The trailing devices of a lock-step bucket that have no minibatch in the current step,
+    kept aside as they were (parameters, optimizer moments and buffers, gradient sums), the
+    most recently set aside last."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Params, ...]] = []
+
+    def resize(self, k: int | None, params: Params, state: OptimizerState,
+               sums: Params | None) -> tuple[Params, OptimizerState, Params | None]:
+        """Parameters, state and sums of the first k devices (None: of all of them again)."""
+        if k is None and not self.parts:
+            return params, state, sums
+        n = next(iter(params.values())).shape[0]
+        trees: tuple[Params, ...] = (params, state.m, state.v, state.buf, sums or {})
+        if k is not None and k < n:   # devices k.. have no minibatch now
+            self.parts.append(tuple({a: t[k:] for a, t in d.items()} for d in trees))
+            trees = tuple({a: t[:k] for a, t in d.items()} for d in trees)
+        elif self.parts and (k is None or k > n):
+            if state.m and k is not None:
+                # Adam's bias correction is one step count per parameter: devices that
+                # skipped steps would need their own (buckets under Adam then share steps)
+                raise ValueError("devices set aside cannot rejoin an Adam update")
+            back = []
+            while self.parts and (k is None or n < k):
+                back.append(self.parts.pop())
+                n += next(iter(back[-1][0].values())).shape[0]
+            trees = tuple(_join([d, *(part[i] for part in back)]) for i, d in enumerate(trees))
+        else:
+            return params, state, sums
+        params, m, v, buf, got = trees
+        return params, OptimizerState(state.steps, m, v, buf), None if sums is None else got
+
+
+def _join(pieces: list[Params]) -> Params:
+    """Rows of the same parameters, one piece after the other (one copy per parameter)."""
+    if any(p.keys() != pieces[0].keys() for p in pieces):
+        raise ValueError("devices set aside hold other state than those rejoining them")
+    return {a: torch.cat([p[a] for p in pieces]) for a in pieces[0]}

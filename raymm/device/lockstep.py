@@ -1,0 +1,477 @@
+"""Lock-step local training of many devices at once with `torch.func` (the fast path).
+
+`raymm.device.sequential.SequentialTrainer` trains one device after another and stays the reference.
+Here a host trains its selected devices together: devices are grouped into *buckets* that share
+everything that is Python-level structure -- the sensor set (hence the held sensors, the groups
+trained and which inputs are all-zero) -- and each bucket runs as one program. Trainable parameters
+are stacked along a leading device axis and the bucket runs the very local update the sequential
+path runs (`raymm.device.local_update`: the same loss, minibatch loop and optimizer), the loss
+vmapped over the devices and differentiated by one reverse pass of their sum.
+
+Devices of a bucket may take different numbers of steps per epoch. A bucket is ordered by steps
+per epoch, most first, so the devices that have a minibatch in step s of an epoch are a prefix
+of it: step s runs on that prefix only, and the devices after it are set aside as they are
+(parameters, optimizer state, gradient sums) until the next epoch or the end -- a device takes
+exactly its own steps and no others, so nothing is computed for devices without a minibatch,
+and a bucket's step count is that of its longest device rather than one program per distinct
+step count. Adam's bias correction is one step count per parameter, so under Adam with several
+epochs (where a device set aside would rejoin having skipped steps) the bucket key also holds
+the steps per epoch. The last minibatch of an epoch is shorter for some devices than for others:
+it is padded to the batch size, and `LossInputs.weight` marks real rows 1 and padding 0.
+Minibatch order, augmentation draws and everything else random come from the same per-device
+streams as the sequential path.
+
+Agreement with the sequential path: the same updates up to float32 rounding (batched matmuls
+and weighted means sum in a different order); `tests/unit/test_vectorised.py` holds it to an
+absolute 1e-4 on every parameter after several rounds. A device's result does not depend on which
+other devices share its bucket or chunk, so packing still does not change results.
+
+An objective opts in with `vectorisable = True`, which promises the lock-step contract written
+in `raymm.device.local_update`. Its hooks run as on the sequential path: `augment(xb, present, held,
+sensors, gen)` per device and minibatch outside vmap with that device's generator, in the
+sequential path's order, so its draws are identical; `device_extras(model, xs, y, held_t,
+use_adapter)` per device after training with the module holding that device's trained
+parameters (one left at its default is not called here).
+
+Starting values are per device, exactly what the sequential path loads: the vectors
+`raymm.protocol.exchange.start_vectors` gives the device (the broadcast, its cluster's model, or the
+parameters it kept under `training.exchange: delta|none`) and its own adapter for the `local`
+group. Every parameter the forward uses is stacked per device -- trained ones as the vmapped
+trainable parameters, frozen ones (e.g. MCFT's earlier-modality branches) as vmapped inputs
+without gradient -- unless every device of the chunk starts from the very same vector, which
+then stays one shared tensor. The objective's per-device hooks run as on the sequential path:
+`device_tensors(state, extras, layout, groups)` per device, stacked into `LossInputs.local`
+(one device's view inside the loss); `device_finish` per device after training with its start
+and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
+device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
+A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
+(or `torch.no_grad()`) for stop-gradients such as MCFT's frozen features.
+
+Falls back to the sequential path, with the reason logged (once per host), when the objective
+does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
+whose lock-step run raises (e.g. `device_tensors` of different shapes across devices) (its
+devices then train sequentially, so a crashing device is still recorded as that device's
+failure).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from raymm import seeding
+from raymm.device.local_update import Batch, LocalUpdate, Params, laid_out, memory_order
+from raymm.device.sequential import DeviceOutcome, SequentialTrainer
+from raymm.models import LOCAL
+from raymm.protocol.messages import Broadcast
+from raymm.protocol.seams import DeviceFinish, Objective
+
+log = logging.getLogger("raymm.device.lockstep")
+
+
+def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
+    """The reason this objective/model cannot train in lock-step, or None when it can."""
+    if not objective.vectorisable:
+        return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
+                "(see raymm.device.lockstep for what that promises)")
+    if model is not None and any(True for _ in model.buffers()):
+        return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
+    return None
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+class Request(NamedTuple):
+    """One selected device's work this round, as the host would pass it to `SequentialTrainer`
+    (a NamedTuple: a host builds one per selected device and round)."""
+
+    device: int
+    indices: np.ndarray
+    held: np.ndarray
+    groups: tuple[str, ...]
+    local: np.ndarray | None
+    #: the vectors the device loads before training (`exchange.start_vectors`); None: broadcast
+    start: dict[str, np.ndarray] | None = None
+    #: what the device kept from earlier rounds, for the objective's hooks
+    state: dict[str, np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class ChunkRun:
+    """One lock-step program's devices, trained: every device's flat vectors as rows of one
+    matrix per group, in the chunk's order (most steps first, then by id)."""
+
+    reqs: list[Request]
+    sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
+    groups: list[str]
+    flat: dict[str, np.ndarray]            # group (and LOCAL with an adapter) -> float32 [G, P]
+    loss: np.ndarray                       # float64 [G]: mean minibatch loss
+    steps: np.ndarray                      # int [G]: optimizer steps taken
+    mean_grads: dict[str, np.ndarray] | None
+
+    def devices(self) -> np.ndarray:
+        return np.array([r.device for r in self.reqs], np.int64)
+
+
+class LockstepTrainer:
+    """Trains buckets of devices in lock-step on the module of a `SequentialTrainer` (shared, or a
+    copy on the accelerator): `run` gives the trained rows, `outcomes` the `DeviceOutcome`s
+    the sequential path would give."""
+
+    def __init__(self, base: SequentialTrainer, chunk: int = 1024) -> None:
+        self.base = base
+        self.chunk = chunk
+        self.model = base.model
+        self.layout = base.layout
+        self.sensors = base.dataset.sensors
+        self.objective = base.objective
+        self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
+        #: devices train (and hand out) their own adapter, the `local` group
+        self.use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
+        self.fallback: dict[str, np.ndarray] = {}
+        #: per trained parameter, the memory order of its stacked values after the last
+        #: lock-step run: the next run lays its starting values out so from the first step
+        self.orders: dict[str, tuple[int, ...]] = {}
+        self.received: dict[str, np.ndarray] = {}
+        self.bcast_extras: dict[str, np.ndarray] = {}
+        self.upload = True
+
+    def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
+            upload: bool = True) -> list[ChunkRun]:
+        """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
+        left out (the caller trains them sequentially) and the error is logged."""
+        # values for groups a device's start vectors do not name: the round's broadcast, else
+        # the module's current ones (as the sequential path leaves them in the module)
+        self.layout.load(self.model, broadcast.params)
+        self.fallback = self.layout.flatten(self.model, list(self.layout.slots))
+        self.received = broadcast.params
+        self.bcast_extras = broadcast.extras
+        self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
+        extras = {k: torch.from_numpy(v).to(self.base.device)
+                  for k, v in broadcast.extras.items()}
+        runs: list[ChunkRun] = []
+        for bucket in self._buckets(requests):
+            for start in range(0, len(bucket), self.chunk):
+                chunk = bucket[start:start + self.chunk]
+                try:
+                    runs.append(self._train_chunk(chunk, rnd, extras))
+                except Exception as exc:  # noqa: BLE001 - those devices go sequential
+                    log.warning("vectorised training of %d device(s) failed (%s: %s); they "
+                                "train sequentially", len(chunk), type(exc).__name__, exc)
+        return runs
+
+    def outcomes(self, runs: list[ChunkRun], rnd: int) -> dict[int, DeviceOutcome]:
+        """Every trained device's `DeviceOutcome`, the objective's per-device hooks run."""
+        return {d: o for run in runs for d, o in self._outcomes(run, rnd).items()}
+
+    def _buckets(self, requests: list[Request]) -> list[list[Request]]:
+        """Devices that share held sensors and trained groups, most steps per epoch first
+        (then by id). Under Adam with several epochs, also the same steps per epoch: a device
+        that skipped a step would need a bias correction of its own when it rejoins. A device
+        without samples is left out (the sequential path trains it)."""
+        t = self.base.training
+        split = t.optimizer == "adam" and t.local_epochs > 1
+        buckets: dict[tuple[Any, ...], list[tuple[int, int, Request]]] = {}
+        for r in requests:
+            steps = -(-r.indices.shape[0] // t.batch_size)
+            if steps:
+                key = (r.held.tobytes(), r.groups, steps if split else 0)
+                buckets.setdefault(key, []).append((-steps, r.device, r))
+        return [[r for *_, r in sorted(b, key=lambda e: e[:2])]
+                for _, b in sorted(buckets.items())]
+
+    # --- one lock-step program ------------------------------------------------------------
+    def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
+                     ) -> ChunkRun:
+        base, t = self.base, self.base.training
+        use_adapter = self.use_adapter
+        groups = list(reqs[0].groups)
+        names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
+        if not names:
+            raise ValueError("no trainable parameters")
+        sources = [self._sources(r) for r in reqs]
+        params, shared, dev_frozen = self._initial(sources, names)
+        anchor = dict(params)
+        local_t = self._device_tensors(reqs, groups)
+        held = reqs[0].held
+        held_names = tuple(m for m, h in zip(self.sensors, held) if h)
+        held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
+        devices = np.array([r.device for r in reqs], np.int64)
+        seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
+        data_aug = base.dataset.augment
+        aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, rnd, devices,
+                                                           "data_augment"))
+                    if data_aug is not None else [])
+        sizes = np.array([r.indices.shape[0] for r in reqs])
+        own_steps = -(-sizes // t.batch_size)            # per epoch; most first (`_buckets`)
+        steps = int(own_steps[0])
+        # how many devices (a prefix) have a minibatch in each step of an epoch
+        training = (own_steps[None, :] > np.arange(steps)[:, None]).sum(1).tolist()
+        weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
+        # a default `augment` draws nothing: the minibatch order may then be drawn at once
+        augment = self.objective.augment if self.objective.overrides(Objective.augment) \
+            else None
+        if augment is None and data_aug is None:
+            # nothing but the minibatch order draws from a device's stream: draw every epoch's
+            # order now, in the sequential path's order, with one re-seeded generator
+            all_rows = self._all_epoch_rows(reqs, seeds, sizes, steps)
+            gens = []
+        else:
+            gens = seeding.generators(seeds)
+
+        def batches() -> Iterator[Batch]:
+            for epoch in range(t.local_epochs):
+                # [G, steps, B] rows of the split
+                rows = all_rows[epoch] if not gens else \
+                    self._epoch_rows(reqs, gens, sizes, steps)
+                for s, k in enumerate(training):
+                    xb, present = self._inputs(rows[:k, s], held, held_t)
+                    y = base.train_y.index_select(0, rows[:k, s].reshape(-1)).view(k, -1)
+                    if augment is not None or data_aug is not None:
+                        xb, present = self._augment(augment, data_aug, xb, present,
+                                                    weight[:k, s], held_names, gens[:k],
+                                                    aug_gens[:k])
+                    yield Batch(xb, y, present, weight[:k, s])
+
+        update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+        done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
+                                                                 local_t),
+                          grad_sum=self.objective.needs_grad_mean)
+        self.orders.update({n: memory_order(p) for n, p in done.params.items()})
+        losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
+                             device=base.device)
+        for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
+            losses[:len(loss), i] = loss
+        return self._rows(reqs, sources, groups, done.params, losses,
+                          own_steps * t.local_epochs, done.grad_sum)
+
+    def _sources(self, r: Request) -> dict[str, np.ndarray]:
+        """Every group's flat starting vector for one device, as `SequentialTrainer.train` loads
+        them: its start vectors (default the broadcast), then its adapter."""
+        start = self.received if r.start is None else r.start
+        src = {g: start[g] if g in start else
+               self.received[g] if g in self.received else self.fallback[g]
+               for g in self.layout.slots}
+        if self.use_adapter:
+            src[LOCAL] = self.base.adapter_start(r.local)
+        return src
+
+    def _initial(self, sources: list[dict[str, np.ndarray]], names: list[str]
+                 ) -> tuple[Params, Params, Params]:
+        """(trainable [G, ...], shared frozen, per-device frozen [G, ...]) starting values. A
+        group whose vector is the same object for every device (the broadcast, the initial
+        model) is one tensor (expanded, zero-copy, where trained); others are stacked."""
+        g, dev = len(sources), self.base.device
+        flat: dict[str, tuple[Tensor, bool]] = {}
+        for grp in self.layout.slots:
+            vs = [s[grp] for s in sources]
+            if all(v is vs[0] for v in vs):
+                flat[grp] = (torch.tensor(np.asarray(vs[0]), dtype=torch.float32, device=dev),
+                             False)
+            else:
+                flat[grp] = (torch.from_numpy(np.stack(vs).astype(np.float32)).to(dev), True)
+        train, shared, frozen = {}, {}, {}
+        wanted = set(names)
+        for n, (grp, slot) in self.slot_of.items():
+            v, per = flat[grp]
+            if per:
+                p = v[:, slot.start:slot.stop].reshape((g,) + tuple(slot.shape))
+            else:
+                p = v[slot.start:slot.stop].reshape(tuple(slot.shape))
+            if n in wanted:
+                # in the memory layout its gradient took last round (`in_layout_of`)
+                order = self.orders.get(n)
+                if per:
+                    train[n] = p if order is None else laid_out(p, order)
+                else:
+                    if order is not None:
+                        p = laid_out(p, tuple(d - 1 for d in order if d))
+                    train[n] = p.unsqueeze(0).expand((g,) + tuple(p.shape))
+            elif per:
+                frozen[n] = p
+            else:
+                shared[n] = p
+        return {n: train[n] for n in names}, shared, frozen
+
+    def _device_tensors(self, reqs: list[Request], groups: list[str]) -> Params:
+        """The objective's `device_tensors` of every device (its own state), stacked."""
+        if not self.objective.overrides(Objective.device_tensors):
+            return {}
+        prepare = self.objective.device_tensors
+        per = [prepare(r.state or {}, self.bcast_extras, self.layout, groups) for r in reqs]
+        keys = set(per[0])
+        if any(set(p) != keys for p in per):
+            raise ValueError("device_tensors returned different keys for devices of one bucket")
+        return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.device)
+                for k in sorted(keys)}
+
+    def _epoch_rows(self, reqs: list[Request], gens: list[torch.Generator],
+                    sizes: np.ndarray, steps: int) -> Tensor:
+        """One epoch's minibatch rows of every device, drawn from its own
+        `(seed, round, device, "batches")` generator exactly as the sequential path draws them
+        (per epoch, after the previous epoch's augmentation draws), padded to the batch size."""
+        drawn = [torch.randperm(n, generator=gen) for gen, n in zip(gens, sizes.tolist())]
+        return self._rows_of(reqs, _padded(drawn, steps * self.base.training.batch_size),
+                             steps)
+
+    def _all_epoch_rows(self, reqs: list[Request], seeds: list[int], sizes: np.ndarray,
+                        steps: int) -> list[Tensor]:
+        """Every epoch's rows (as `_epoch_rows`) when nothing else draws from the devices'
+        streams: each device's epochs are consecutive draws of its own stream."""
+        epochs = self.base.training.local_epochs
+        width = steps * self.base.training.batch_size
+        gen = torch.Generator()
+        seed, randperm = gen.manual_seed, torch.randperm
+        # device by device, its epochs in order (`manual_seed` returns the generator)
+        drawn = [randperm(n, generator=seed(s) if e == 0 else gen)
+                 for s, n in zip(seeds, sizes.tolist()) for e in range(epochs)]
+        perms = _padded(drawn, width).view(len(reqs), epochs, width).transpose(0, 1)
+        return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
+
+    def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
+        """Dataset rows of the devices' permuted local positions (padding: each device's first
+        row, weighted 0), as [G, steps, B]."""
+        local = _left_aligned(np.concatenate([r.indices for r in reqs]),
+                              np.array([r.indices.shape[0] for r in reqs]), perms.shape[1])
+        rows = torch.from_numpy(local).gather(1, perms)
+        return rows.view(len(reqs), steps, -1).to(self.base.device)
+
+    def _weights(self, sizes: np.ndarray, steps: int) -> Tensor:
+        bs = self.base.training.batch_size
+        real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
+        return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.device)
+
+    def _inputs(self, rows: Tensor, held: np.ndarray, held_t: Tensor
+                ) -> tuple[dict[str, Tensor], Tensor]:
+        base = self.base
+        g, b = rows.shape
+        flat = rows.reshape(-1)
+        xb = {m: base.train_x[m].index_select(0, flat).view((g, b) + base.dataset.sensor_shape(m))
+              if h else
+              torch.zeros(base.dataset.sensor_shape(m), device=base.device).expand(
+                  (g, b) + base.dataset.sensor_shape(m))
+              for m, h in zip(self.sensors, held)}
+        return xb, held_t.expand(g, b, -1)
+
+    def _augment(self, augment: Callable[..., Any] | None, data_aug: Callable[..., Any] | None,
+                 xb: dict[str, Tensor], present: Tensor, weight: Tensor,
+                 held_names: tuple[str, ...], gens: list[torch.Generator],
+                 aug_gens: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
+        """The objective's augmentation, then the dataset's, device by device with each
+        device's own generators, on the real rows only (as the sequential path calls them),
+        padding re-attached after."""
+        real = weight.sum(1).to(torch.int64).tolist()
+        xs: dict[str, list[Tensor]] = {m: [] for m in xb}
+        ps = []
+        for i, gen in enumerate(gens):
+            n = real[i]
+            xa, pa = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
+            if augment is not None:
+                xa, pa = augment(xa, pa, held_names, self.sensors, gen)
+            if data_aug is not None:
+                xa = data_aug(xa, held_names, aug_gens[i])
+            for m in xb:
+                xs[m].append(torch.cat([xa[m], xb[m][i, n:]]))
+            ps.append(torch.cat([pa, present[i, n:]]))
+        return {m: torch.stack(v) for m, v in xs.items()}, torch.stack(ps)
+
+    def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
+              groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
+              grad_sum: Params | None) -> ChunkRun:
+        """`losses` [G, steps of the longest]: each device's minibatch losses, then zeros;
+        `steps`: the optimizer steps each device took."""
+        g = len(reqs)
+        flat = {grp: self._stacked(params, grp, g).cpu().numpy()
+                for grp in groups + ([LOCAL] if self.use_adapter else [])}
+        steps_t = torch.from_numpy(steps).to(losses.device)
+        mean_grads = ({grp: (self._stacked(grad_sum, grp, g) / steps_t[:, None].float()
+                             ).cpu().numpy().astype(np.float32)
+                       for grp in groups}
+                      if grad_sum is not None else None)
+        mean_loss = (losses.sum(1) / steps_t).cpu().numpy()
+        return ChunkRun(reqs, sources, groups, flat, mean_loss, steps, mean_grads)
+
+    def _outcomes(self, run: ChunkRun, rnd: int) -> dict[int, DeviceOutcome]:
+        objective = self.objective
+        reqs, sources, groups, steps = run.reqs, run.sources, run.groups, run.steps
+        use_adapter, mean_grads = self.use_adapter, run.mean_grads
+        # the defaults report and keep nothing: skip reloading the module and copying vectors
+        report = objective.device_extras if objective.overrides(Objective.device_extras) \
+            else None
+        finishes = objective.overrides(Objective.device_finish)
+        out = {}
+        # row views taken in one pass per group (iterating an array), not indexed per device
+        rows = {grp: list(v) for grp, v in run.flat.items()}
+        loss_of = run.loss.tolist()
+        for i, r in enumerate(reqs):
+            updates = {grp: rows[grp][i] for grp in groups}
+            local = rows[LOCAL][i].copy() if use_adapter else r.local
+            extras = self._device_extras(report, r, sources[i], updates, local) \
+                if report is not None else {}
+            new_state: dict[str, np.ndarray] = {}
+            if finishes:
+                before = {grp: np.array(sources[i][grp], dtype=np.float32) for grp in groups}
+                new_state, sent = objective.device_finish(DeviceFinish(
+                    r.device, rnd, tuple(groups), before, updates, r.state or {},
+                    dict(self.bcast_extras), int(steps[i]), self.base.training.lr,
+                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
+                    self.upload))
+                extras = {**extras, **sent}
+            out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)
+        return out
+
+    def _stacked(self, values: Params, grp: str, g: int) -> Tensor:
+        """[G, P]: every device's flat vector of group `grp` from its per-parameter stacks,
+        each copied once, straight into its columns (one laid out transposed per device cannot
+        be viewed flat, so a reshape-then-cat would copy it twice). A parameter `values` lacks
+        (one the loss did not use has no gradient sum) is zeros, as on the sequential path."""
+        slots = self.layout.slots[grp]
+        new = torch.empty if all(s.name in values for s in slots) else torch.zeros
+        out = new((g, self.layout.sizes[grp]), dtype=torch.float32, device=self.base.device)
+        for s in slots:
+            if s.name in values:
+                out[:, s.start:s.stop].view((g,) + tuple(s.shape)).copy_(values[s.name].detach())
+        return out
+
+    def _device_extras(self, report: Callable[..., Any], r: Request,
+                       source: dict[str, np.ndarray], updates: dict[str, np.ndarray],
+                       local: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The module as the sequential path leaves it after training this device: its
+        starting values, its trained groups and its adapter."""
+        base = self.base
+        self.layout.load(self.model, source)
+        self.layout.load(self.model, updates)
+        if self.use_adapter and local is not None:
+            self.layout.load(self.model, {LOCAL: local})
+        idx = torch.from_numpy(r.indices.astype(np.int64))
+        held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
+        return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
+                           self.use_adapter))
+
+
+def _padded(drawn: list[Tensor], width: int) -> Tensor:
+    """The draws as rows of one [len(drawn), width] matrix, padded with 0 (an indexed write
+    per device cost more than the draw itself, `pad_sequence` 8x `_left_aligned`)."""
+    if all(d.shape[0] == width for d in drawn):
+        return torch.stack(drawn)
+    sizes = np.array([d.shape[0] for d in drawn])
+    return torch.from_numpy(_left_aligned(torch.cat(drawn).numpy(), sizes, width))
+
+
+def _left_aligned(flat: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
+    """[len(sizes), width] int64: row i holds the next `sizes[i]` values of `flat`, then
+    zeros. One masked write: row-major, the real positions are the pieces one after another."""
+    out = np.zeros((sizes.shape[0], width), dtype=np.int64)
+    out[np.arange(width)[None, :] < sizes[:, None]] = flat
+    return out
+
+
+# --------------------------------------------------------------------------- host

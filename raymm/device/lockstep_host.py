@@ -1,0 +1,131 @@
+"""Which host an executor builds: the sequential `DeviceHost`, or `LockstepHost`, whose
+selected devices train in lock-step (`raymm.device.lockstep`) and whose bookkeeping -- failures,
+device state, uploads, stacking -- stays `DeviceHost`'s own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from raymm.data.base import Dataset
+from raymm.device.host import DeviceHost, HostSpec
+from raymm.device.lockstep import ChunkRun, LockstepTrainer, Request, why_not_vectorised
+from raymm.population.devices import Population
+from raymm.population.faults import device_crashes
+from raymm.protocol import exchange
+from raymm.protocol.device_state import EMPTY, DeviceState
+from raymm.protocol.messages import Broadcast, HostResult, RoundPlan
+from raymm.protocol.seams import Objective
+
+log = logging.getLogger("raymm.device.lockstep")
+
+
+def make_host(device_ids: np.ndarray, population: Population, dataset: Dataset,
+              spec: HostSpec, device: str = "cpu") -> DeviceHost:
+    """The host an executor should build: lock-step when the scenario asks for it."""
+    cls = LockstepHost if spec.training.vectorise else DeviceHost
+    return cls(device_ids, population, dataset, spec, device)
+
+
+class LockstepHost(DeviceHost):
+    """A `DeviceHost` whose selected devices train in lock-step (see the module docstring)."""
+
+    def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
+                 spec: HostSpec, device: str = "cpu") -> None:
+        super().__init__(device_ids, population, dataset, spec, device)
+        self.reason = why_not_vectorised(spec.objective, self.trainer.model)
+        #: the lock-step trainer beside the sequential one (None: this host trains
+        #: sequentially, for `reason`)
+        self.vec: LockstepTrainer | None = None
+        if self.reason is not None:
+            log.warning("training sequentially: %s", self.reason)
+            return
+        self.vec = LockstepTrainer(self.trainer, spec.training.vectorise_chunk)
+
+    def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
+        """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
+        outcomes: it recomputes each device's start vectors (`exchange.start_vectors` is pure)
+        and runs `exchange.finish`, so device state, uploads and snapshots are its own. A
+        round with nothing per device to keep or hand out (`_plain`) skips that: the trained
+        rows go into the result as they are."""
+        vec = self.vec
+        if vec is None:
+            return super().train(plan, broadcast)
+        mine = self.selected(plan)
+        crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
+        if self._plain(plan, broadcast) and not crash.any():
+            return self._train_plain(plan, broadcast, mine, vec)
+        training = self.spec.training
+        requests = []
+        starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
+        for dev, crashed in zip(mine.tolist(), crash):
+            if crashed:
+                continue
+            groups = self.groups_of(self.pop.sensor_mask[dev], plan)
+            try:
+                start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
+                                                      groups, self.state_of(dev),
+                                                      self.trainer.initial)
+            except Exception:  # noqa: BLE001 - the sequential path records the failure
+                continue
+            starts[dev] = (start, state)  # `DeviceHost._train` reuses them
+            requests.append(self._request(dev, groups, start, state))
+        runs = vec.run(requests, plan.round, broadcast, plan.upload)
+        return self._device_by_device(plan, broadcast, requests, runs, starts, vec)
+
+    def _request(self, dev: int, groups: list[str], start: dict[str, np.ndarray] | None = None,
+                 state: DeviceState = EMPTY) -> Request:
+        """Device `dev`'s lock-step work: its training rows and sensors, the groups it trains,
+        its start vectors (None: the broadcast) and what it keeps."""
+        return Request(dev, self.pop.indices(dev), self.pop.sensor_mask[dev], tuple(groups),
+                       state.adapter, start, dict(state.objective) if state.objective else None)
+
+    def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
+                          requests: list[Request], runs: list[ChunkRun],
+                          starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]],
+                          vec: LockstepTrainer) -> HostResult:
+        """`DeviceHost._train` with the outcomes of the devices that trained in lock-step (it
+        trains the others sequentially)."""
+        return self._train(plan, broadcast, starts, vec.outcomes(runs, plan.round))
+
+    def _plain(self, plan: RoundPlan, broadcast: Broadcast) -> bool:
+        """Whether every selected device just loads the broadcast, trains and uploads what it
+        trained, keeping nothing and reporting nothing else: `training.exchange: params`
+        without cluster models, no device state, no unimodal report, and an objective without
+        an adapter or per-device hooks after training (`device_extras`, `device_finish`)."""
+        objective = self.spec.objective
+        return (self.spec.training.exchange == "params" and broadcast.clusters is None
+                and plan.upload and not plan.report and not self.states
+                and self.vec is not None and not self.vec.use_adapter
+                and not objective.overrides(Objective.device_extras)
+                and not objective.overrides(Objective.device_finish))
+
+    def _train_plain(self, plan: RoundPlan, broadcast: Broadcast, mine: np.ndarray,
+                     vec: LockstepTrainer) -> HostResult:
+        """A `_plain` round: the chunks' rows become the result's rows (reordered by id only
+        where buckets interleave ids), as `DeviceHost._train` would stack them, without a
+        `DeviceOutcome` per device. If a device did not train in lock-step (a bucket raised,
+        or it has no samples), the round goes device by device after all."""
+        masks = self.pop.sensor_mask
+        requests = [self._request(dev, self.groups_of(masks[dev], plan)) for dev in mine.tolist()]
+        runs = vec.run(requests, plan.round, broadcast)
+        if sum(len(run.reqs) for run in runs) < len(requests):
+            return self._device_by_device(plan, broadcast, requests, runs, {}, vec)
+        loss = np.empty(mine.shape[0], np.float64)
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for run in runs:
+            devs = run.devices()
+            loss[np.searchsorted(mine, devs)] = run.loss
+            for g in run.groups:
+                parts.setdefault(g, []).append((devs, run.flat[g]))
+        updates, positions = {}, {}
+        for g, got in parts.items():
+            devs = np.concatenate([d for d, _ in got])
+            mat = np.concatenate([m for _, m in got]) if len(got) > 1 else got[0][1]
+            if np.any(devs[1:] < devs[:-1]):
+                order = np.argsort(devs, kind="stable")
+                devs, mat = devs[order], mat[order]
+            updates[g], positions[g] = mat, np.searchsorted(mine, devs)
+        return self._result(mine, updates, positions, loss, {}, [], [], {})

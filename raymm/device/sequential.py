@@ -1,0 +1,183 @@
+"""Local training of one device at a time (the reference path).
+
+One `SequentialTrainer` lives in each host and is reused for every device it trains: the
+module is built once, and each device loads the broadcast vectors into it, so no module is
+rebuilt per device per round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from raymm import seeding
+from raymm.config.schema import ModelSpec, TrainingSpec
+from raymm.data.base import Dataset
+from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
+from raymm.models import LOCAL, GroupLayout
+from raymm.models.build import build_model
+from raymm.models.size import flops_per_sample
+from raymm.protocol.messages import Broadcast
+from raymm.protocol.seams import DeviceFinish, Objective
+
+
+@dataclass(frozen=True)
+class DeviceOutcome:
+    updates: dict[str, np.ndarray]
+    local: np.ndarray | None
+    loss: float
+    extras: dict[str, np.ndarray]
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # from `device_finish`
+
+
+class SequentialTrainer:
+    """Trains one device at a time on a shared module."""
+
+    def __init__(self, dataset: Dataset, model_spec: ModelSpec, training: TrainingSpec,
+                 objective: Objective, seed: int, device: str = "cpu") -> None:
+        self.dataset = dataset
+        self.training = training
+        self.objective = objective
+        self.seed = seed
+        self.device = torch.device(device)  # a GPU when the DeviceActor was given one
+        self.model = build_model(dataset, model_spec, seed)
+        self.layout = GroupLayout(self.model)
+        self.flops = flops_per_sample(self.model, dataset)
+        self.model.to(self.device)
+        self.initial_local = (self.layout.flatten(self.model, [LOCAL])[LOCAL]
+                              if LOCAL in self.layout.slots else None)
+        # the model every device starts from (identical in every process: seeded build)
+        self.initial = self.layout.flatten(self.model, self.layout.groups)
+        # zero-copy views of the shared arrays
+        self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m])).to(self.device)
+                        for m in dataset.sensors}
+        self.train_y = torch.from_numpy(np.asarray(dataset.train.y)).to(self.device)
+        self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
+        self._generators: dict[str, torch.Generator] = {}
+        self.call = ModuleCall(self.model)  # runs the module with a device's parameters
+
+    def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
+        """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
+        n = idx.shape[0]
+        return {m: self.train_x[m][idx] if h else
+                torch.zeros((n,) + self.dataset.sensor_shape(m), device=self.device)
+                for m, h in zip(self.dataset.sensors, held)}
+
+    def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
+              groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
+              start: dict[str, np.ndarray] | None = None,
+              state: dict[str, np.ndarray] | None = None, upload: bool = True
+              ) -> DeviceOutcome:
+        """`start` (default: the broadcast's global vectors) is what the model is loaded with;
+        `state` is what the device kept from earlier rounds, passed to the objective's hooks;
+        `upload` says whether this round's extras reach the server (`DeviceFinish.upload`)."""
+        model, layout = self.model, self.layout
+        layout.load(model, broadcast.params if start is None else start)
+        objective = self.objective
+        use_adapter = bool(objective.uses_adapter and LOCAL in layout.slots)
+        if use_adapter:
+            layout.load(model, {LOCAL: self.adapter_start(local)})
+        names = sorted(set(layout.names(groups + ([LOCAL] if use_adapter else []))))
+        own = layout.params(model)
+        for p in own.values():  # the trained ones run as separate tensors (`ModuleCall`)
+            p.requires_grad_(False)
+        # views of the loaded values: the update never writes into them (it returns new
+        # tensors), so they stay the round's anchor until the trained values are copied back
+        params = {n: own[n].detach() for n in names}
+        anchor = {n: own[n].detach() for n in names}
+        extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
+        state = state or {}
+        dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
+        finishes = objective.overrides(Objective.device_finish)
+        before = layout.flatten(model, groups) if finishes else {}
+        idx = torch.from_numpy(indices.astype(np.int64))
+        xs, y = self.inputs(idx, held), self.train_y[idx]
+        held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
+        held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
+        update = LocalUpdate(self.call, objective, self.training, use_adapter=use_adapter,
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+        batches = self._batches(device, rnd, xs, y, held_t, held_names)
+        done = update.run(params, batches, update.one_device(anchor, dev_tensors),
+                          grad_sum=objective.needs_grad_mean)
+        with torch.no_grad():  # the module ends holding the trained values
+            for n, trained in done.params.items():
+                own[n].copy_(trained)
+        losses = done.losses
+        dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
+        updates = layout.flatten(model, groups)
+        new_state: dict[str, np.ndarray] = {}
+        if finishes:
+            new_state, sent = objective.device_finish(DeviceFinish(
+                device, rnd, tuple(groups), before, updates, state,
+                dict(broadcast.extras), len(losses), self.training.lr,
+                self._mean_grads(done.grad_sum, groups, len(losses)), upload))
+            dev_extras = {**dev_extras, **sent}
+        return DeviceOutcome(
+            updates=updates,
+            local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
+            loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
+            extras=dev_extras,
+            state=new_state)
+
+    def _batches(self, device: int, rnd: int, xs: dict[str, torch.Tensor], y: torch.Tensor,
+                 held_t: torch.Tensor, held_names: tuple[str, ...]) -> Iterator[Batch]:
+        """The device's minibatches, every epoch a fresh order from its
+        `(seed, round, device, "batches")` stream, augmented as they are drawn (so the draws
+        interleave in this order, which the lock-step path reproduces)."""
+        objective, data_aug = self.objective, self.dataset.augment
+        aug_gen = self._generator(rnd, device, "data_augment") if data_aug is not None else None
+        gen = self._generator(rnd, device, "batches")
+        n, bs = y.shape[0], self.training.batch_size
+        for _ in range(self.training.local_epochs):
+            perm = torch.randperm(n, generator=gen)
+            for lo in range(0, n, bs):
+                b = perm[lo:lo + bs]
+                xb = {m: x[b] for m, x in xs.items()}
+                present = held_t.expand(b.shape[0], -1)
+                xb, present = objective.augment(xb, present, held_names, self.dataset.sensors,
+                                                gen)
+                if data_aug is not None:
+                    xb = data_aug(xb, held_names, aug_gen)
+                yield Batch(xb, y[b], present, None)
+
+    def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
+        """Derive the round's stream seeds of the devices about to train, all at once."""
+        augments = self.dataset.augment is not None
+        purposes = ["batches"] + (["data_augment"] if augments else [])
+        self._seeds = {(rnd, p): dict(zip(devices.tolist(),
+                                          seeding.torch_seeds(self.seed, rnd, devices, p)))
+                       for p in purposes}
+
+    def _generator(self, rnd: int, device: int, purpose: str) -> torch.Generator:
+        """The device's (seed, round, device, purpose) generator: one reusable generator per
+        purpose, re-seeded (devices train one after another)."""
+        seed = self._seeds.get((rnd, purpose), {}).get(device)
+        if seed is None:
+            seed = seeding.torch_seed(self.seed, rnd, device, purpose)
+        gen = self._generators.get(purpose)
+        if gen is None:
+            gen = self._generators[purpose] = torch.Generator()
+        return gen.manual_seed(seed)
+
+    def _mean_grads(self, grad_sum: dict[str, torch.Tensor] | None, groups: list[str],
+                    steps: int) -> dict[str, np.ndarray]:
+        """Per-group flat mean of the summed gradients (zeros where a parameter got none)."""
+        if grad_sum is None or steps == 0:
+            return {}
+        out = {}
+        for g in groups:
+            parts = [grad_sum[s.name].reshape(-1) / steps if s.name in grad_sum
+                     else torch.zeros(s.stop - s.start) for s in self.layout.slots[g]]
+            out[g] = torch.cat(parts).numpy().astype(np.float32)
+        return out
+
+    def adapter_start(self, kept: np.ndarray | None) -> np.ndarray:
+        """A device's residual adapter: the one it kept, else the model's initial one."""
+        if kept is not None:
+            return kept
+        if self.initial_local is None:
+            raise ValueError("this model has no device-local adapter (model.adapter: false)")
+        return self.initial_local

@@ -1,0 +1,8 @@
+"""What a policy author reads: the seams (`seams`: Selector, Aggregator, Schedule, Objective),
+the registry, the frozen messages that cross the server/device boundary, loss building blocks,
+what devices exchange and keep (`exchange`, `device_state`), what the server observes, a
+round's record, the weighted mean every linear aggregator uses (`combine`) and traffic
+accounting (`traffic`). `policies/` imports this package, nothing above it.
+
+May import: base, io, config, data, models, population.
+"""

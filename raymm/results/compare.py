@@ -1,0 +1,48 @@
+"""Finding run directories and drawing accuracy against cumulative traffic for several runs.
+
+The comparison table itself lives in `raymm.app.sweep`; `raymm compare` and `raymm sweep` both
+write it together with the picture drawn here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raymm.errors import RaymmError
+from raymm.units import GIB
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+    """Run directories (with summary.json) or folders of them, e.g. a sweep's `runs/`."""
+    runs: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "summary.json").is_file():
+            runs.append(p)
+        elif p.is_dir() and (found := sorted(q.parent for q in p.glob("*/summary.json"))):
+            runs += found
+        else:
+            raise RaymmError(f"compare: {p} is neither a run directory (no summary.json) nor a "
+                             "folder of run directories")
+    return runs
+
+
+def curves(runs: Sequence[Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Run name -> (cumulative GiB, accuracy) at its evaluated rounds."""
+    out = {}
+    for run in runs:
+        rounds = pd.read_parquet(run / "rounds.parquet")
+        ev = rounds[rounds["accuracy"].notna()] if "accuracy" in rounds else rounds.iloc[:0]
+        out[run.name] = (ev["bytes_total"].to_numpy() / GIB, ev["accuracy"].to_numpy())
+    return out
+
+
+def plot_runs(runs: Sequence[Path], budget_gib: float | None, path: Path) -> Path:
+    # deferred: matplotlib loads only when a picture is drawn
+    from raymm.driver import pictures
+
+    pictures.save_png(pictures.accuracy_vs_traffic(curves(runs), budget_gib), path)
+    return path

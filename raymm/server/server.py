@@ -1,0 +1,329 @@
+"""The server: global parameter groups, observations, selection, aggregation, evaluation.
+
+Every decision is a call into a policy; the server only sequences them and keeps the books.
+The Ray `ServerActor` is a thin shell around this class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from raymm import seeding
+from raymm.config.schema import Scenario
+from raymm.data.base import Dataset
+from raymm.models import GroupLayout
+from raymm.models.build import build_model
+from raymm.population.devices import Population
+from raymm.population.faults import stragglers
+from raymm.protocol.exchange import downloads, sync_window
+from raymm.protocol.messages import (
+    MODALITY_CORRECT,
+    Broadcast,
+    DeviceEval,
+    HostResult,
+    OnlineReport,
+    RoundPlan,
+    merge_results,
+    plan_from_state,
+    plan_state,
+)
+from raymm.protocol.observations import Observations
+from raymm.protocol.record import RoundRecord
+from raymm.protocol.seams import (
+    AggregationContext,
+    Aggregator,
+    EvalFeedback,
+    ModalityReport,
+    Schedule,
+    SelectionContext,
+    Selector,
+    ServerPolicy,
+)
+from raymm.protocol.traffic import comm_seconds, downlink_bytes
+from raymm.server import divergence
+from raymm.server.device_metrics import device_metrics
+from raymm.server.evaluation import SubsetEvaluator, subset_name
+from raymm.server.robustness import robustness_metrics
+
+
+@dataclass(frozen=True)
+class Policies:
+    selector: Selector
+    aggregator: Aggregator
+    schedule: Schedule
+
+
+def preload() -> None:
+    """Evaluation's macro F1 imports sklearn.metrics (and scipy.stats): ~0.8 s the first time,
+    paid at start-up (a ServerActor's, while the driver loads the data) rather than in the
+    first evaluation round."""
+    import sklearn.metrics  # noqa: F401
+
+
+class Server:
+    def __init__(self, scenario: Scenario, dataset: Dataset, population: Population,
+                 policies: Policies) -> None:
+        preload()
+        torch.set_num_threads(scenario.training.threads)
+        self.sc = scenario
+        self.dataset = dataset
+        self.sensors = dataset.sensors
+        self.policies = policies
+        self.model = build_model(dataset, scenario.model, scenario.seed)
+        self.layout = GroupLayout(self.model)
+        self.params = self.layout.flatten(self.model, self.layout.groups)
+        self.obs = Observations.register(population.sensor_mask, population.tier)
+        self.tier_sensors = population.tier_sensors
+        # simulator bookkeeping only (simulated comm time); never shown to a policy
+        self._up_bps, self._down_bps = population.up_bps, population.down_bps
+        self.bytes_up = self.bytes_down = 0
+        self.sim_seconds = 0.0
+        # what the server has sent, to count downloads honestly: the round each device last
+        # received the vectors it trains (periodic sync), and which devices hold a final copy
+        # of each frozen group (a chain's earlier modalities, sent once)
+        self.last_download = np.zeros(population.n, np.int64)
+        self.frozen_sent: dict[str, np.ndarray] = {}
+        self._round = 0  # the last round aggregated (what a per-device evaluation belongs to)
+        # the plan of a round not aggregated yet: a plan made ahead (`plan` before the previous
+        # round's checkpoint) is part of the state, so a resumed run trains the same plan
+        self._planned: tuple[RoundPlan, Broadcast] | None = None
+
+    # --- one round ------------------------------------------------------------------------
+    def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
+        """Selection (who) and schedule (which groups); the payload to put in the store once.
+        Round t's plan is made once: asked again (a run resumed after it was made ahead), the
+        server answers with the plan it made, whatever the reports."""
+        if self._planned is not None and self._planned[0].round == t:
+            return self._planned
+        online = np.sort(np.concatenate([r.device_ids for r in reports])) if reports \
+            else np.zeros(0, np.int64)
+        if reports:
+            ids = np.concatenate([r.device_ids for r in reports])
+            self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
+        sched = self.policies.schedule
+        sched.begin_round(t, self.obs)  # a schedule that decides as it goes decides here
+        eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
+        ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
+                               seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
+        selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
+        self._check_selection(selected, eligible)
+        self.obs.observe_selected(t, selected)
+        active = sched.active_groups(t, self.layout.groups)
+        for g in active:  # a group trained again: every frozen copy sent of it is now stale
+            self.frozen_sent.pop(g, None)
+        first, upload = sync_window(t, self.sc, sched)
+        plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
+                         tuple(sched.report_sensors(t)))
+        self._last_counts = (len(online), len(eligible))
+        self._planned = (plan, self._broadcast(t, self._extras(t)))
+        return self._planned
+
+    def _extras(self, t: int) -> dict[str, np.ndarray]:
+        """What travels with the model this round: the aggregator's extras (e.g. prototypes)
+        and the schedule's (e.g. an adaptive chain's predecessors)."""
+        return {**self.policies.aggregator.extras(t), **self.policies.schedule.extras(t)}
+
+    def _downloads(self, t: int, selected: np.ndarray, window_start: int) -> np.ndarray:
+        """bool per selected device: it receives the vectors it trains (`exchange.downloads`)."""
+        fresh = downloads(self.sc.training.exchange, self.last_download[selected], window_start)
+        self.last_download[selected[fresh]] = t
+        return fresh
+
+    def _broadcast(self, t: int, extras: dict[str, np.ndarray]) -> Broadcast:
+        """Global vectors, plus cluster models when the aggregator keeps them."""
+        return Broadcast(t, self.params, extras, self.policies.aggregator.cluster_models())
+
+    def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
+                  lost: np.ndarray | None = None) -> RoundRecord:
+        """Merge the hosts' results (sorted by device id), drop stragglers, aggregate, and count
+        traffic and time. `lost` lists selected devices whose host died this round."""
+        self._planned = None
+        batch = merge_results(results)
+        down = self._downlink(plan)
+        up = self._uplink(batch)
+        dev_seconds = batch.compute_seconds + comm_seconds(
+            down[np.searchsorted(plan.selected, batch.device_ids)], up,
+            self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
+        late = stragglers(self.sc.faults, dev_seconds)
+        if late.any():  # the server closes the round at the deadline without them
+            batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
+        self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
+        ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
+        agg_stats: dict[str, Any] = {}
+        bad: list[int] | None = None
+        if batch.n:
+            merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
+            agg_stats = dict(self.policies.aggregator.round_stats())
+            bad = divergence.diverged(batch.device_ids, batch.loss, merged)
+            if bad is None:
+                self.params = merged
+            # else: keep the last finite model; the run stops after this round
+        if plan.report:  # the schedule asked for unimodal accuracies (`report_sensors`)
+            correct = batch.reports.get(
+                MODALITY_CORRECT, np.full((batch.n, len(self.sensors)), -1, np.int32))
+            self.policies.schedule.observe(
+                ModalityReport(t, batch.device_ids, batch.num_samples, correct))
+        self._round = t
+        deadline = self.sc.faults.deadline_seconds
+        round_time = float(dev_seconds.max()) if batch.n else 0.0
+        if late.any() and deadline is not None:
+            round_time = deadline
+        self.bytes_down += int(down.sum())
+        self.bytes_up += int(up.sum())
+        self.sim_seconds += round_time
+        n_lost = 0 if lost is None else int(len(lost))
+        return RoundRecord({
+            "round": t, "phase": self.policies.schedule.phase(t),
+            "online": self._last_counts[0], "eligible": self._last_counts[1],
+            "selected": int(plan.selected.shape[0]), "participated": batch.n,
+            "failed": int(batch.failed.shape[0]), "lost": n_lost,
+            "stragglers": int(late.sum()),
+            "bytes_down": int(down.sum()), "bytes_up": int(up.sum()),
+            "bytes_total": self.bytes_up + self.bytes_down,
+            "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
+            "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
+            if batch.n else float("nan"),
+            **agg_stats, **self._policy_stats(),
+        }, selected=plan.selected, diverged=bad)
+
+    def _policy_stats(self) -> dict[str, float]:
+        """Columns the selector and the schedule add to the round's row (`round_stats()`, e.g.
+        the selection weights used or the chain's phase)."""
+        out: dict[str, float] = {}
+        for policy in (self.policies.selector, self.policies.schedule):
+            out.update(policy.round_stats())
+        return out
+
+    def _downlink(self, plan: RoundPlan) -> np.ndarray:
+        """Bytes sent to each selected device: its groups and the round's extras when it
+        downloads, plus a one-time copy of every frozen group it needs (see `_frozen_bytes`)."""
+        down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
+                              plan.active_groups, self.sc.training.upload, self.layout.sizes,
+                              4 * self.sc.model.embed_dim)
+        if self.sc.training.exchange == "personal":  # parameters never travel, extras do
+            down = np.zeros_like(down)
+        down = down + sum(int(v.nbytes) for v in self._extras(plan.round).values())
+        # periodic sync between a device's downloads, or Local: nothing is sent
+        down = np.where(plan.download_mask(), down, 0)
+        return down + self._frozen_bytes(plan)
+
+    def _frozen_bytes(self, plan: RoundPlan) -> np.ndarray:
+        """A chain's earlier modalities are frozen and final once their phase ended: a device
+        training on top of them (`schedule.frozen_groups`) receives each one it holds once."""
+        out = np.zeros(plan.selected.shape, np.int64)
+        if self.sc.training.exchange in ("none", "personal"):
+            return out
+        mask = self.obs.sensor_mask[plan.selected]
+        for g in self.policies.schedule.frozen_groups(plan.round):
+            sent = self.frozen_sent.setdefault(g, np.zeros(self.obs.n, bool))
+            need = mask[:, self.sensors.index(g.partition(":")[2])] & ~sent[plan.selected]
+            out += need.astype(np.int64) * self.layout.sizes[g] * 4
+            sent[plan.selected[need]] = True
+        return out
+
+    def _uplink(self, batch: Any) -> np.ndarray:
+        """Bytes each returning device actually sent: its trained groups and its extras."""
+        up = np.zeros(batch.n, np.int64)
+        for g in batch.groups():
+            np.add.at(up, batch.sent(g), self.layout.sizes[g] * 4)
+        # per-device extras, e.g. class means; an aggregator that knows which parts of them
+        # carry something (FedProto: only the classes a device holds) counts them itself
+        for v in batch.reports.values():  # what the server asked for: only what was reported
+            up += (v >= 0).reshape(batch.n, -1).sum(axis=1) * v.itemsize
+        return up + self.policies.aggregator.extras_uplink_bytes(batch)
+
+    def _check_selection(self, selected: np.ndarray, eligible: np.ndarray) -> None:
+        # `selected` is sorted and `eligible` ascending (online ids, sorted, masked): a binary
+        # search per selected device instead of np.isin's sort of all eligible ones
+        if eligible.shape[0] and np.all(eligible[1:] > eligible[:-1]):
+            pos = np.minimum(np.searchsorted(eligible, selected), eligible.shape[0] - 1)
+            known = eligible[pos] == selected
+        else:  # a schedule that named devices out of order
+            known = np.isin(selected, eligible)
+        if selected.shape[0] > self.sc.selection.k or not known.all() \
+                or np.any(selected[1:] == selected[:-1]):
+            raise RuntimeError("selection policy returned devices that are not eligible, "
+                               "repeated, or more than k")
+
+    # --- evaluation -----------------------------------------------------------------------
+    def evaluate(self, t: int) -> RoundRecord:
+        """Global model on the pooled test split: all sensors, each tier's sensors, each sensor
+        (and the confusion matrix of all sensors)."""
+        self.layout.load(self.model, self.params)
+        split, bs = self.dataset.test, self.sc.eval.batch_size
+        ev = SubsetEvaluator(self.model, split, bs)
+        full = ev(self.sensors)
+        c = self.dataset.num_classes
+        out: dict[str, Any] = {"accuracy": full.accuracy, "test_loss": full.loss}
+        confusion = np.bincount(split.y * c + full.predictions, minlength=c * c).reshape(c, c)
+        for ts in dict.fromkeys(self.tier_sensors):
+            out[f"acc_tier/{subset_name(ts)}"] = ev(ts).accuracy
+        if len(self.sensors) > 1:
+            for m in self.sensors:
+                out[f"acc_sensor/{m}"] = ev((m,)).accuracy
+        out.update(robustness_metrics(ev, self.sensors, self.tier_sensors,
+                                      self.dataset.num_classes, full.accuracy))
+        if self.sc.eval.scope != "devices":  # the headline accuracy
+            self._feedback(t, full.accuracy)
+        return RoundRecord(out, confusion=confusion)
+
+    def _feedback(self, t: int, accuracy: float) -> None:
+        """Show the headline accuracy of round t's evaluation to the policies that learn from
+        outcomes (`observe_evaluation`, e.g. TIDE's adaptive weights)."""
+        fb = EvalFeedback(t, float(accuracy), self.bytes_up + self.bytes_down, self.sim_seconds)
+        for policy in (self.policies.selector, self.policies.schedule, self.policies.aggregator):
+            policy.observe_evaluation(fb)
+
+    def eval_payload(self, t: int) -> Broadcast:
+        """What hosts evaluate their devices with (`eval.scope: devices`): the model, and what
+        the aggregator says evaluation needs besides (`eval_extras()`, e.g. prototypes)."""
+        return self._broadcast(t, self.policies.aggregator.eval_extras())
+
+    def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
+        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
+        if self.sc.eval.scope == "devices":  # the headline accuracy (else: `evaluate`'s)
+            self._feedback(self._round, out["accuracy"])
+        return out
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The server's state between rounds; with the next round's plan (and its counts)
+        when it was made ahead, so that a resumed run does not plan that round again."""
+        planned = {} if self._planned is None else {
+            "planned": plan_state(*self._planned), "last_counts": list(self._last_counts)}
+        return {"params": {g: v.copy() for g, v in self.params.items()},
+                "obs": self.obs.state_dict(), "aggregator": self.policies.aggregator.state_dict(),
+                "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                "sim_seconds": self.sim_seconds, "last_download": self.last_download.copy(),
+                "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
+                **{k: policy.state_dict() for k, policy in self._stateful().items()},
+                **planned}
+
+    def _stateful(self) -> dict[str, ServerPolicy]:
+        """Selector and schedule when they keep state of their own (the aggregator's is always
+        saved): what an adaptive policy has learned must survive a resume. A policy with the
+        default `state_dict` adds no key, so checkpoints of stateless ones stay as they were."""
+        pairs: tuple[tuple[str, ServerPolicy], ...] = (
+            ("selector", self.policies.selector), ("schedule", self.policies.schedule))
+        return {k: p for k, p in pairs if p.overrides(ServerPolicy.state_dict)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.params = {g: np.asarray(v, np.float32) for g, v in state["params"].items()}
+        self.obs = Observations.from_state(state["obs"])
+        self.policies.aggregator.load_state_dict(state["aggregator"])
+        self.bytes_up, self.bytes_down = int(state["bytes_up"]), int(state["bytes_down"])
+        self.sim_seconds = float(state["sim_seconds"])
+        self.last_download = np.asarray(state["last_download"], np.int64).copy()
+        self.frozen_sent = {g: np.asarray(v, bool).copy()
+                            for g, v in state["frozen_sent"].items()}
+        for k, policy in self._stateful().items():
+            if k in state:
+                policy.load_state_dict(state[k])
+        self._planned = plan_from_state(state["planned"]) if "planned" in state else None
+        if "last_counts" in state:
+            online, eligible = state["last_counts"]
+            self._last_counts = (int(online), int(eligible))
