@@ -27,6 +27,7 @@ from raymm.protocol.messages import (
     HostResult,
     OnlineReport,
     RoundPlan,
+    UpdateBatch,
     merge_results,
     plan_from_state,
     plan_state,
@@ -149,9 +150,9 @@ class Server:
             down[np.searchsorted(plan.selected, batch.device_ids)], up,
             self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
         late = stragglers(self.sc.faults, dev_seconds)
+        self._observe_times(batch, lost)
         if late.any():  # the server closes the round at the deadline without them
             batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
-        self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
         agg_stats: dict[str, Any] = {}
         bad: list[int] | None = None
@@ -189,6 +190,23 @@ class Server:
             if batch.n else float("nan"),
             **agg_stats, **self._policy_stats(),
         }, selected=plan.selected, diverged=bad)
+
+    def _observe_times(self, batch: UpdateBatch, lost: np.ndarray | None) -> None:
+        """Record the simulated training time of every selected device that trained, or tried
+        to, before the deadline drops anyone: a device past the deadline with the time it would
+        have needed (its host computed it), so an always-late device's speed score falls
+        instead of keeping its starting value. A device that never answered (it crashed, or
+        its host died) is recorded with a penalty: the round's longest training time, and at
+        least the deadline when one is set, since the server waited that long in vain."""
+        self.obs.observe_trained(batch.device_ids, batch.compute_seconds)
+        silent = batch.failed if lost is None else np.union1d(batch.failed, lost)
+        if silent.size == 0:
+            return
+        deadline = self.sc.faults.deadline_seconds
+        longest = float(batch.compute_seconds.max()) if batch.n else 0.0
+        penalty = max(longest, deadline if deadline is not None else 0.0)
+        if penalty > 0:
+            self.obs.observe_trained(silent.astype(np.int64), np.full(silent.shape[0], penalty))
 
     def _policy_stats(self) -> dict[str, float]:
         """Columns the selector and the schedule add to the round's row (`round_stats()`, e.g.
