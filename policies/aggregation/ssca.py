@@ -227,6 +227,7 @@ def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
     exactly: the long vectors are read once (a blocked S·Sᵀ), and scikit-learn's KMeans runs on
     an n-dimensional isometric embedding, with its tolerance rescaled for the fewer features
     (scikit-learn scales `tol` by the mean per-feature variance)."""
+    # deferred: scikit-learn and scipy load on the first clustering (a second of imports)
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
@@ -296,6 +297,7 @@ def match_clusters(labels: np.ndarray, previous: np.ndarray, n_models: int) -> n
     """Model index for each new cluster 0..K'-1, maximising the members whose previous index
     it keeps (Hungarian assignment; K' ≤ n_models). A previous index of -1 (a device never
     clustered) counts for no model."""
+    # deferred: scipy loads on the first matching of cluster ids
     from scipy.optimize import linear_sum_assignment
 
     k = int(labels.max()) + 1
@@ -389,6 +391,7 @@ class SSCA(Aggregator):
     takes_deltas = True
 
     def __init__(self, params: SSCAParams) -> None:
+        # deferred: imported here, when the run is built, so no round pays for it
         import sklearn.cluster  # noqa: F401  (slow first import: at build time, not in a round)
 
         self.p = params

@@ -8,6 +8,7 @@ Wiring in `raymm/app/cli.py`: `add_data_parser(sub)` in `build_parser`, and
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,6 @@ class _LazyNames:
         self.module, self.attr = module, attr
 
     def _names(self) -> list[str]:
-        import importlib
-
         return sorted(getattr(importlib.import_module(self.module), self.attr))
 
     def __contains__(self, item: object) -> bool:

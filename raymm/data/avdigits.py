@@ -84,6 +84,7 @@ def _band(batch: int, size: int, width: int, gen: torch.Generator, axis: int) ->
 
 def log_spectrogram(audio: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     """int16 waveforms [N, S] -> float32 log-magnitude spectrograms [N, T, F]."""
+    # deferred: torchaudio loads only when recordings are turned into spectrograms
     import torchaudio
 
     wav = torch.from_numpy(audio.astype(np.float32) / 32768.0)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.lib import format as npy
 from pydantic import BaseModel
 
 from raymm.errors import DataError
@@ -120,7 +121,6 @@ def loader_facts(loader: Any, params: BaseModel) -> DataFacts | None:
 def npz_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Array name -> shape of every member of an .npz, read from the headers only; a
     DataError for a path that is missing or no regular file (a FIFO would block the read)."""
-    from numpy.lib import format as npy
 
     require_file(path, "dataset")
     shapes = {}
@@ -174,7 +174,6 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
 def _check_member_sizes(z: np.lib.npyio.NpzFile, path: Path) -> None:
     """Every array's header must fit its member: numpy allocates what a header claims before
     reading, so a forged header (a 1.4 TiB array in a few bytes) would exhaust memory."""
-    from numpy.lib import format as npy
 
     archive = z.zip
     assert archive is not None, "an NpzFile only lacks its zip once closed"

@@ -67,7 +67,8 @@ class DigitsLoader:
         return DataFacts(n_train, None, {m: (32,) for m in SENSORS}, 10)
 
     def load(self, params: BaseModel, seed: int) -> Dataset:
-        from sklearn.datasets import load_digits  # lazy: sklearn import is slow
+        # deferred: scikit-learn's import is slow; it loads only when this dataset is used
+        from sklearn.datasets import load_digits
 
         assert isinstance(params, self.Params)
         bunch = load_digits()

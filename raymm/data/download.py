@@ -104,6 +104,7 @@ def download(name: str, out_dir: str | os.PathLike[str] | None = None, *, url: s
 
 def _fetch(url: str, f: BinaryIO, progress: bool, timeout: float, desc: str) -> tuple[str, int]:
     """Stream `url` into `f` with a tqdm bar; returns (sha256, bytes)."""
+    # deferred: the bar is drawn only with progress on
     from tqdm import tqdm
 
     h, n = hashlib.sha256(), 0

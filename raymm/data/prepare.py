@@ -178,6 +178,7 @@ def _check_range(name: str, value: float, lo: float, hi: float = math.inf) -> No
 
 
 def _progress(items: Sequence, progress: bool, desc: str) -> Iterator:
+    # deferred: the bar is drawn only with progress on
     from tqdm import tqdm
 
     return iter(tqdm(items, desc=desc, unit="clip", disable=not progress, leave=False))
@@ -303,6 +304,7 @@ class LogMel:
     """
 
     def __init__(self, sample_rate: int, seconds: float, n_mels: int, hop_ms: float) -> None:
+        # deferred: `raymm data` imports no torch until audio is converted
         import torchaudio
 
         self.sample_rate = sample_rate
@@ -314,6 +316,7 @@ class LogMel:
             hop_length=self.hop, n_mels=n_mels)
 
     def __call__(self, wave: np.ndarray, sr: int) -> np.ndarray:
+        # deferred: `raymm data` imports no torch until audio is converted
         import torch
         import torchaudio
 
@@ -334,6 +337,7 @@ class LogMel:
 def read_wav(path: Path) -> tuple[np.ndarray, int]:
     """Mono float32 in [-1, 1] and its rate; stereo is averaged. (torchaudio.load would need
     torchcodec, so scipy reads the file.)"""
+    # deferred: `raymm data list` and other converters need no scipy
     from scipy.io import wavfile
 
     if not path.is_file():
@@ -361,6 +365,7 @@ def read_wav(path: Path) -> tuple[np.ndarray, int]:
 def read_image(path: Path, size: int, rgb: bool) -> np.ndarray:
     """Centre square crop, bilinear resize to `size`, values in [0, 1]; `[H, W]` grey or
     `[3, H, W]` RGB (the layouts raymm's 2D-CNN encoder takes)."""
+    # deferred: only image releases need Pillow
     from PIL import Image, UnidentifiedImageError
 
     try:

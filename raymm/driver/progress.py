@@ -16,6 +16,7 @@ def progress_bar(sc: Scenario, enabled: bool, done: int):  # noqa: ANN201 - tqdm
     """A tqdm bar over the scenario's rounds starting at `done` (a resumed run), or None."""
     if not enabled:
         return None
+    # deferred: the bar is drawn only with progress on
     from tqdm import tqdm
 
     return tqdm(total=sc.rounds, initial=done, desc=sc.name, unit="round", dynamic_ncols=True)

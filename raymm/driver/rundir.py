@@ -99,6 +99,7 @@ class RunWriter:
                                dump_yaml(config).encode())
         self.tb = None
         if tensorboard:
+            # deferred: TensorBoard loads only for runs that write its events
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(log_dir=str(path), purge_step=purge_step)

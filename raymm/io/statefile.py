@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
 
 VERSION = 1
 #: numpy dtypes a safetensors file can hold (no strings, objects or complex numbers)
@@ -193,7 +195,6 @@ def checksum(skeleton_json: str, tensors: Mapping[str, np.ndarray]) -> str:
 
 def to_bytes(tree: Any, kind: str, extra: Mapping[str, str] | None = None) -> bytes:
     """A safetensors file holding `tree`; `kind` names what it is (checked by `from_bytes`)."""
-    from safetensors.numpy import save
 
     skeleton, tensors = encode(tree)
     text = json.dumps(skeleton, allow_nan=False, separators=(",", ":"))
@@ -204,8 +205,6 @@ def to_bytes(tree: Any, kind: str, extra: Mapping[str, str] | None = None) -> by
 
 def read_tensors(path: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """(metadata, tensors) of a safetensors file; StateFormatError if it is not one."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
 
     try:
         data = path.read_bytes()
@@ -263,7 +262,6 @@ def read(path: Path, kind: str) -> tuple[Any, dict[str, str]]:
 def named_to_bytes(tensors: Mapping[str, np.ndarray], kind: str, info: Any) -> bytes:
     """A safetensors file of named tensors (e.g. a torch state dict, readable by any
     safetensors tool) with `info` as JSON, the format, version and checksum in its metadata."""
-    from safetensors.numpy import save
 
     arrays = {k: v if v.flags.c_contiguous else v.copy(order="C") for k, v in tensors.items()}
     text = json.dumps(info, allow_nan=False, separators=(",", ":"))

@@ -51,6 +51,7 @@ def resnet18(shape: tuple[int, ...], embed_dim: int) -> nn.Module:
     count, and the classifier becomes a linear map to the embedding. Inputs as small as 28x28
     work (the global average pool absorbs what the strides leave).
     """
+    # deferred: torchvision loads only for ResNet encoders
     from torchvision.models import resnet18 as tv_resnet18  # imported on use: torchvision is heavy
 
     if len(shape) not in (2, 3):

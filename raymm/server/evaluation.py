@@ -68,6 +68,7 @@ class SubsetEvaluator:
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
     """Macro F1 over the classes present in y_true or y_pred (sklearn's default behaviour)."""
+    # deferred: scikit-learn loads on the first evaluation (Server warms it up)
     from sklearn.metrics import f1_score
 
     return float(f1_score(y_true, y_pred, labels=np.arange(num_classes), average="macro",
