@@ -1,5 +1,6 @@
-"""Issue 16's comparisons over seeds (mean ± std), with its targets checked: every fixed chain
-order against the adaptive order, and TIDE's fixed score weights against adaptive ones.
+"""The adaptive methods' comparisons over seeds (mean ± std), with their targets checked:
+every fixed chain order against the adaptive order, and TIDE's fixed score weights against
+adaptive ones.
 
     # every fixed order of the scenario's modalities, and order: adaptive (rule gain)
     RAYMM_DATA=../shared/data python scenarios/adaptive_table.py order \\

@@ -36,7 +36,7 @@ from raymm.units import GIB
 
 METHODS = ["fedmchain", "fedavg", "fedprox", "scaffold", "local", "fedmchain_wo_mcft",
            "fedmchain_wo_ssca", "fedmchain_wo_ra", "fedmchain_wo_rc", "fedmchain_wo_rarc",
-           # the baselines of issue 15, at the same υ (server optimizers and Harmony through
+           # the baselines, at the same υ (server optimizers and Harmony through
            # their periodic twins, FedProto's prototypes on the same sync windows)
            "harmony", "fedproto", "fedadam", "fedyogi", "fedadagrad"]
 PER_ROUND = ["fedavg", "fedprox", "scaffold"]

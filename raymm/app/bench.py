@@ -17,8 +17,8 @@ How it measures (see `../shared/bench/workload.md`):
     shared machine move this number. Next to it the peak PSS of the run's own process tree,
     which they do not; for the bare loop also its own max RSS. Reading the PSS of a Ray
     process tree costs ~0.1 s of CPU (smaps of a dozen large processes), which on 2 cores
-    would slow the very rounds being timed, and it slows the round after it too (read after
-    round 1, it made round 2 at 1000/100 on Ray 16-20 ms instead of ~12); so raymm's tree is
+    would slow the very rounds being timed, and it slows the round after it too (measured:
+    docs/benchmarks.md, "Design measurements"); so raymm's tree is
     read only after the last timed round and after the final, evaluating round, which no
     timed round follows, and the bare loop's, whose one busy core leaves the other free,
     every second. The table shows the fastest run's numbers, bench.json every run's.

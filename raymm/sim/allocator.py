@@ -6,10 +6,8 @@ selected devices' stacked updates (K x P float32: 50 MB per group at K = 10,000)
 and merged rows. glibc serves blocks above its mmap threshold (at most 32 MiB) with fresh
 mmap'd pages and unmaps them on free, so the next round pays a page fault per 4 KiB again:
 ~1,450 minor faults per aggregation of 100 x 4,550 updates in a ServerActor, 3x the
-aggregation's own arithmetic; in the 1M-device stress scenario on the serial executor
-(scenarios/stress/devices_1m.yaml, issue 17) the aggregation step went from 234 to 68 ms of CPU
-per round, and whole rounds from 1.0-1.6 to 0.8-1.0 s of CPU (measured on a loaded machine,
-where page faults cost the most).
+aggregation's own arithmetic. Keeping those pages mapped cuts the aggregation step of the
+1M-device stress scenario to under a third (docs/benchmarks.md, "Design measurements").
 """
 
 from __future__ import annotations

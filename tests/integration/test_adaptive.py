@@ -1,4 +1,4 @@
-"""The adaptive chain order and TIDE's adaptive weights (issue 16) end to end: what a run
+"""The adaptive chain order and TIDE's adaptive weights end to end: what a run
 records, exact resume (the decisions and the bandit are checkpointed), and Ray == serial."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Issue 15's baselines on Ray and across a resume: Ray gives the serial numbers bit for bit
-(any packing), and a run resumed from a checkpoint ends exactly as an uninterrupted one (the
-server optimizers' moments, FedProto's prototypes and every device's own model, Harmony's
-stage-1 snapshot)."""
+"""The baselines (server optimizers, Harmony, FedProto) on Ray and across a resume: Ray gives
+the serial numbers bit for bit (any packing), and a run resumed from a checkpoint ends
+exactly as an uninterrupted one (the server optimizers' moments, FedProto's prototypes and
+every device's own model, Harmony's stage-1 snapshot)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The adaptive modality order (issue 16): the decision rules and their bookkeeping on
+"""The adaptive modality order: the decision rules and their bookkeeping on
 hand-made observations, the schedule's phases, what travels, and the stage loss it drives."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TIDE's adaptive selection weights (issue 16): the bandit, the reward and the selector on
+"""TIDE's adaptive selection weights: the bandit, the reward and the selector on
 hand-made observations; bad adaptive settings (weights and chain order) fail validation."""
 
 from __future__ import annotations
