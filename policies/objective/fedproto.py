@@ -21,6 +21,8 @@ argmin_c Σ_s ||r_s(x) - P_s[c]||² over the spaces present, classes without a p
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.config.schema import Scenario
-from raymm.models import MultimodalNet
+from raymm.models import RaymmNet
 from raymm.models.network import ModelOutput
 from raymm.protocol.losses import mean_cross_entropy
 from raymm.protocol.registry import OBJECTIVES
@@ -56,7 +58,7 @@ def prototype_spaces(out: ModelOutput, held: tuple[str, ...]) -> dict[str, Tenso
     return {m: out.embeddings[m] for m in held}
 
 
-def space_names(model: MultimodalNet) -> tuple[str, ...]:
+def space_names(model: RaymmNet) -> tuple[str, ...]:
     """Every prototype space the model has (a device reports all of them, zero for the ones it
     does not hold, so every device's extras have the same keys)."""
     return (Z,) if model.fusion is not None else tuple(model.sensors)
@@ -106,6 +108,10 @@ class FedProtoObjective(Objective):
         self.p = params or FedProtoParams()
 
     @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        return frozenset({"sensor_groups"})
+
+    @staticmethod
     def check_scenario(params: FedProtoParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         problems = []
@@ -129,7 +135,7 @@ class FedProtoObjective(Objective):
         return loss
 
     @torch.no_grad()
-    def device_extras(self, model: MultimodalNet, xs: dict[str, Tensor], y: Tensor,
+    def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor,
                       held_t: Tensor, use_adapter: bool) -> dict[str, np.ndarray]:
         """Local prototypes of the trained model over the device's training samples."""
         held = tuple(m for m, h in zip(model.sensors, held_t.tolist()) if h > 0)

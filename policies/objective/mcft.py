@@ -20,6 +20,8 @@ in lock-step. With `weight=None` (the sequential path) each term is what it was 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,6 +68,10 @@ class MCFTStage(Objective):
         self.p = params
         self.chain: tuple[str, ...] = ()
         self.sensors: tuple[str, ...] = ()
+
+    @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        return frozenset({"sensor_groups", "sensor_heads"})
 
     @staticmethod
     def check_scenario(params: MCFTParams, scenario: Scenario,

@@ -2,7 +2,7 @@
 and the per-device reports the server needs (class means of z for prototypes; aux-head losses
 for evidence-weighted merging).
 
-Where the device-local residual adapter learns (`adapter_path`, the spec's revised rule):
+Where the device-local residual adapter learns (`adapter_path`; docs/methods/tide.md):
 - ``personal`` (default): L_task = CE(H(z), y) + CE(H̄(z̄ + A(z̄)), y). The global parameters
   (encoders, fusion, heads) learn on the adapter-free path, exactly the model the server
   evaluates; the adapter learns on a personal path built from detached values of z and of the
@@ -14,13 +14,13 @@ Where the device-local residual adapter learns (`adapter_path`, the spec's revis
   evaluated on plain z; on UCI-HAR the adapters of often-selected devices grew to ~0.8 |z| and
   the global accuracy peaked early and fell.
 
-Choices where the spec is open or differs from the paper:
-- L_prox = µ·||θ - θ[t]||² as the spec writes it (no ½, unlike the `ce` objective's FedProx),
+Choices where the paper is open (docs/methods/tide.md, "Where raymm departs from the paper"):
+- L_prox = µ·||θ - θ[t]||² (no ½, unlike the `ce` objective's FedProx),
   over the trained global groups only: the device-local adapter has no global value.
 - "Sensors the device holds" for L_h and L_cs means the held sensors whose input is present in
   the batch: a batch where modality dropout zeroed a sensor leaves that sensor out of L_h and of
-  every L_cs pair, because a zero-input branch carries no signal (the spec's reason for L_cs = 0
-  on single-sensor devices). In every other batch this is exactly the held set.
+  every L_cs pair, because a zero-input branch carries no signal (the reason for L_cs = 0 on
+  single-sensor devices). In every other batch this is exactly the held set.
 - L_p and the reported class means use z before the residual adapter (`ModelOutput.z_base`):
   prototypes describe the global fused representation, which is evaluated without the adapter.
 Everything is written with masks, not data-dependent branches, and every term honours
@@ -32,7 +32,7 @@ nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.config.schema import Scenario
-from raymm.models import MultimodalNet
+from raymm.models import RaymmNet
 from raymm.protocol.losses import contrastive_ce, mean_cross_entropy
 from raymm.protocol.registry import OBJECTIVES
 from raymm.protocol.seams import LossInputs, Objective
@@ -146,6 +146,13 @@ class TideObjective(Objective):
         self.split_adapter = params.adapter and params.adapter_path == "personal"
 
     @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        p = params
+        return frozenset({"sensor_groups"} | ({"sensor_heads"} if p.lambda_h > 0 else set())
+                         | ({"fused"} if p.lambda_p > 0 else set())
+                         | ({"adapter"} if p.adapter else set()))
+
+    @staticmethod
     def check_scenario(params: TideObjectiveParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         """Cross-field rules checked before anything runs (a device that raises mid-run would
@@ -198,7 +205,7 @@ class TideObjective(Objective):
         return out, present * keep
 
     @torch.no_grad()
-    def device_extras(self, model: MultimodalNet, xs: dict[str, Tensor], y: Tensor,
+    def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor,
                       held_t: Tensor, use_adapter: bool) -> dict[str, np.ndarray]:
         """After local training, on the device's whole dataset: per-class mean of z (float32
         [C, F]) and class counts (int32 [C]) when prototypes are on; each sensor's aux-head

@@ -146,6 +146,10 @@ class ModalityChain(Schedule):
         self._round = 0
 
     @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        return frozenset({"sensor_groups", "logit_fusion"})
+
+    @staticmethod
     def check_scenario(params: ChainParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         return [] if sensors is None else chain_problems(params, scenario, sensors)

@@ -19,6 +19,8 @@ does for staged baselines. See docs/methods/harmony.md for what the paper leaves
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +63,10 @@ class HarmonySchedule(Schedule):
         self.rounds = 2
         self.fusion_layer = True
         self._sensors: tuple[str, ...] = ()
+
+    @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        return frozenset({"sensor_groups"})
 
     @staticmethod
     def check_scenario(params: HarmonyParams, scenario: Scenario,

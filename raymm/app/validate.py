@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from pydantic import TypeAdapter, ValidationError
 
 from raymm.config.limits import (
@@ -32,11 +33,19 @@ from raymm.data import DATASETS
 from raymm.data.base import loader_facts
 from raymm.errors import ScenarioError
 from raymm.io.paths import name_problems, special_file_problem
-from raymm.models.size import model_problem
+from raymm.models.factory import (
+    NEEDS_TEXT,
+    ModelContext,
+    ModelContractError,
+    ModelFacts,
+    build_from_factory,
+    check_output,
+)
+from raymm.models.size import model_size_problem
 from raymm.population.devices import tier_problems
 from raymm.population.partition import iid_sizes, local_split_problem, partition_problems
 from raymm.protocol.exchange import aggregator_problems
-from raymm.protocol.registry import AGGREGATORS, POLICY_SECTIONS
+from raymm.protocol.registry import AGGREGATORS, POLICY_SECTIONS, policy_params
 
 
 def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],
@@ -200,11 +209,47 @@ def _check_data_sizes(sc: Scenario, sensors: tuple[str, ...]) -> list[str]:
         empty = local_split_problem(iid_sizes(facts.n_train, pop.devices),
                                     pop.local_test_fraction)
         problems += [empty] if empty else []
-    try:
-        too_big = model_problem(sensors, facts.shapes, facts.num_classes, sc.model)
-    except Exception:  # noqa: BLE001 - a model that cannot be built is reported elsewhere
-        too_big = None
-    return problems + ([too_big] if too_big else [])
+    return problems + model_problems(sc, sensors, facts.shapes, facts.num_classes)
+
+
+def model_problems(sc: Scenario, sensors: tuple[str, ...],
+                   shapes: Mapping[str, tuple[int, ...]], num_classes: int) -> list[str]:
+    """The scenario's model, built by its factory on torch's meta device for data of these
+    shapes: what it refuses (an unknown factory, a module that breaks the contract of
+    `raymm.models.factory`, logits of the wrong shape, more parameters than allowed) and
+    what the method needs of it that it lacks (`Policy.model_needs`; pod-wise upload needs
+    one group per sensor)."""
+    ctx = ModelContext(sensors, {m: tuple(shapes[m]) for m in sensors}, num_classes, sc.model)
+    with torch.device("meta"):  # shapes only: a huge model is a message, not a kill
+        try:
+            net = build_from_factory(ctx)
+        except ModelContractError as exc:
+            return [str(exc)]
+        except Exception as exc:  # noqa: BLE001 - the user's factory failed: the message
+            if sc.model.factory == "multimodal":
+                return []  # raymm's own network: a setting that breaks it is reported elsewhere
+            return [f"model.factory {sc.model.factory!r} raised {type(exc).__name__}: {exc}"]
+        problems = [p for p in (model_size_problem(net), check_output(net, ctx)) if p]
+    if problems and "meta tensors" in problems[-1] and len(problems) == 1:
+        # an op with no meta kernel (one that reads a value): check the forward on real memory,
+        # the size having passed
+        problems = [p for p in (check_output(build_from_factory(ctx), ctx),) if p]
+    facts = ModelFacts.of(net)
+    needs: dict[str, list[str]] = {}
+    if sc.training.upload == "held":
+        needs.setdefault("sensor_groups", []).append("training.upload: held")
+    for section, registry in POLICY_SECTIONS.items():
+        name = getattr(sc, section).name
+        try:
+            wants = registry.get(name).model_needs(policy_params(sc, section))
+        except (KeyError, ValidationError):
+            continue  # an unknown policy or bad parameters: `_check_policies` reports it
+        for need in wants:
+            needs.setdefault(need, []).append(f"{section} {name!r}")
+    for need in facts.missing(frozenset(needs)):
+        problems.append(f"model.factory {sc.model.factory!r}: {', '.join(needs[need])} needs "
+                        f"{NEEDS_TEXT[need]}, which this {facts.form} model lacks")
+    return problems
 
 
 def _check_dataset_rules(sc: Scenario) -> list[str]:

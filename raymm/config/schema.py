@@ -124,7 +124,21 @@ class PopulationSpec(Strict):
 
 
 class ModelSpec(Strict):
-    """Per-sensor encoders, a fusion layer and a task head (see raymm.models)."""
+    """The model: raymm's own network (per-sensor encoders, a fusion layer and a task head, see
+    raymm.models) or one a registered factory builds (`factory`, `args`; docs/extending.md).
+    The keys from `encoder` to `adapter` shape raymm's own network only; another factory
+    decides its model's form itself (what a method needs of it is checked by validation)."""
+
+    #: the registered model factory (raymm.models.factory): multimodal = raymm's own network,
+    #: set by the keys below; a plugin's factory is given `args` and the data's shapes
+    factory: str = "multimodal"
+    #: keyword arguments of the factory (`ModelContext.args`); the built-in one takes none
+    args: dict[str, Any] = Field(default_factory=dict)
+    #: what happens to the model's floating-point buffers (batch norm's running mean and
+    #: variance): average = they travel with their parameter group and are averaged like its
+    #: parameters. Integer buffers (batch norm's step count) start from their initial value
+    #: for every device, so no number depends on how many devices a process trained before.
+    buffers: Literal["average"] = "average"
 
     #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for
     #: images; identity passes the flattened input on as the embedding (no parameters: with

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raymm.models import GroupLayout, MultimodalNet
+from raymm.models import GroupLayout, RaymmNet
 from raymm.models.network import ModelOutput
 
 #: an objective's `eval_predict(out, held, extras) -> {name: predictions [n]}`
@@ -20,7 +20,7 @@ ExtraPredictor = Callable[[ModelOutput, tuple[str, ...], dict[str, torch.Tensor]
 
 
 @torch.no_grad()
-def evaluate_device(model: MultimodalNet, layout: GroupLayout, vectors: dict[str, np.ndarray],
+def evaluate_device(model: RaymmNet, layout: GroupLayout, vectors: dict[str, np.ndarray],
                     xs: dict[str, torch.Tensor], y: torch.Tensor, held: np.ndarray,
                     use_adapter: bool = False, predict: ExtraPredictor | None = None,
                     extras: dict[str, torch.Tensor] | None = None
@@ -47,7 +47,7 @@ def evaluate_device(model: MultimodalNet, layout: GroupLayout, vectors: dict[str
     return correct, loss, only, more
 
 
-def _forward(model: MultimodalNet, xs: dict[str, torch.Tensor], mask: np.ndarray,
+def _forward(model: RaymmNet, xs: dict[str, torch.Tensor], mask: np.ndarray,
              use_adapter: bool) -> ModelOutput:
     """The model on `xs` with the sensors outside `mask` zeroed and marked absent, exactly as
     in training."""
@@ -57,7 +57,7 @@ def _forward(model: MultimodalNet, xs: dict[str, torch.Tensor], mask: np.ndarray
     return model(xb, present, use_adapter=use_adapter)
 
 
-def _only_correct(model: MultimodalNet, xs: dict[str, torch.Tensor], y: torch.Tensor,
+def _only_correct(model: RaymmNet, xs: dict[str, torch.Tensor], y: torch.Tensor,
                   which: np.ndarray, use_adapter: bool) -> np.ndarray:
     """int64 [M]: correct predictions with only sensor j present, for each j in `which`; -1
     for the others (not evaluated)."""
@@ -67,7 +67,7 @@ def _only_correct(model: MultimodalNet, xs: dict[str, torch.Tensor], y: torch.Te
 
 
 @torch.no_grad()
-def unimodal_correct(model: MultimodalNet, layout: GroupLayout, vectors: dict[str, np.ndarray],
+def unimodal_correct(model: RaymmNet, layout: GroupLayout, vectors: dict[str, np.ndarray],
                      xs: dict[str, torch.Tensor], y: torch.Tensor, which: np.ndarray
                      ) -> np.ndarray:
     """int32 [M]: a device's correct predictions on (its own) samples `xs`, `y` with only

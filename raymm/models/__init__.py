@@ -8,6 +8,7 @@ May import: base, io, config, data.
 from __future__ import annotations
 
 from raymm.models.layout import GroupLayout
-from raymm.models.network import LOCAL, SHARED, ModelOutput, MultimodalNet, sensor_group
+from raymm.models.network import LOCAL, SHARED, ModelOutput, MultimodalNet, RaymmNet, sensor_group
 
-__all__ = ["GroupLayout", "LOCAL", "SHARED", "ModelOutput", "MultimodalNet", "sensor_group"]
+__all__ = ["GroupLayout", "LOCAL", "SHARED", "ModelOutput", "MultimodalNet", "RaymmNet",
+           "sensor_group"]

@@ -1,4 +1,10 @@
-"""Flat float32 vectors per parameter group, and loading them back into a module."""
+"""Flat float32 vectors per parameter group, and loading them back into a module.
+
+A group's vector holds its parameters and then its floating-point buffers (batch norm's
+running statistics, `model.buffers: average`): they travel and are averaged with their group.
+Integer buffers (batch norm's step count) never travel: loading a group puts them back to
+their initial value, so nothing depends on how many devices a process trained.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from raymm.models.network import LOCAL
+from raymm.models.network import LOCAL, RaymmNet
+from raymm.units import FLOAT_BYTES
 
 
 @dataclass(frozen=True)
@@ -18,24 +25,35 @@ class Slot:
     shape: tuple[int, ...]
     start: int
     stop: int
+    #: a buffer (running statistics), not a trained parameter
+    buffer: bool = False
 
 
 class GroupLayout:
-    """Where each parameter sits in its group's flat vector (stable: named_parameters order)."""
+    """Where each parameter (then each travelling buffer) sits in its group's flat vector
+    (stable: named_parameters order, then named_buffers order)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: RaymmNet, buffers: str = "average") -> None:
         slots: dict[str, list[Slot]] = {}
         sizes: dict[str, int] = {}
-        for name, p in model.named_parameters():
-            g = model.group_of(name)  # type: ignore[operator]
+        if buffers != "average":
+            raise ValueError(f"model.buffers: {buffers!r} is not supported")
+        travelling = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+        for name, p in [*model.named_parameters(), *travelling]:
+            g = model.group_of(name)
             start = sizes.get(g, 0)
-            slots.setdefault(g, []).append(Slot(name, tuple(p.shape), start, start + p.numel()))
+            slots.setdefault(g, []).append(Slot(name, tuple(p.shape), start, start + p.numel(),
+                                                buffer=name not in dict(model.named_parameters())))
             sizes[g] = start + p.numel()
         self.slots = slots
         self.sizes = sizes
+        #: integer buffers and their initial values, restored whenever a group is loaded
+        self._counters = {n: b.detach().clone() for n, b in model.named_buffers()
+                          if not b.is_floating_point()}
         # name -> parameter per module, built once: walking the module tree on every load and
         # flatten cost ~7 us each, per device, per round (parameters are only updated in place)
-        self._named: weakref.WeakKeyDictionary[nn.Module, dict[str, nn.Parameter]] = \
+        self._named: weakref.WeakKeyDictionary[
+            nn.Module, tuple[dict[str, nn.Parameter], dict[str, torch.Tensor]]] = \
             weakref.WeakKeyDictionary()
 
     def __getstate__(self) -> dict:
@@ -46,9 +64,19 @@ class GroupLayout:
         self._named = weakref.WeakKeyDictionary()
 
     def params(self, model: nn.Module) -> dict[str, nn.Parameter]:
+        """The module's trained parameters by name."""
+        return self._lookup(model)[0]
+
+    def tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The module's parameters and buffers by name (what a group's vector holds)."""
+        return self._lookup(model)[1]
+
+    def _lookup(self, model: nn.Module
+                ) -> tuple[dict[str, nn.Parameter], dict[str, torch.Tensor]]:
         named = self._named.get(model)
         if named is None:
-            named = self._named[model] = dict(model.named_parameters())
+            params = dict(model.named_parameters())
+            named = self._named[model] = (params, {**dict(model.named_buffers()), **params})
         return named
 
     @property
@@ -57,10 +85,10 @@ class GroupLayout:
         return [g for g in self.slots if g != LOCAL]
 
     def nbytes(self, group: str) -> int:
-        return 4 * self.sizes[group]
+        return FLOAT_BYTES * self.sizes[group]
 
     def flatten(self, model: nn.Module, groups: list[str] | None = None) -> dict[str, np.ndarray]:
-        params = self.params(model)
+        params = self.tensors(model)
         out = {}
         for g in groups if groups is not None else list(self.slots):
             out[g] = torch.cat([params[s.name].detach().reshape(-1) for s in self.slots[g]]
@@ -68,13 +96,17 @@ class GroupLayout:
         return out
 
     def load(self, model: nn.Module, flat: dict[str, np.ndarray]) -> None:
-        """Copy group vectors into the module's parameters (no autograd history)."""
-        params = self.params(model)
+        """Copy group vectors into the module's parameters and travelling buffers (no autograd
+        history); integer buffers go back to their initial values."""
+        params = self.tensors(model)
         with torch.no_grad():
             for g, vec in flat.items():
                 t = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
                 for s in self.slots[g]:
                     params[s.name].copy_(t[s.start:s.stop].view(s.shape))
+            for name, initial in self._counters.items():
+                params[name].copy_(initial)
 
     def names(self, groups: list[str]) -> list[str]:
-        return [s.name for g in groups for s in self.slots.get(g, [])]
+        """The trained parameters' names of `groups` (buffers excluded)."""
+        return [s.name for g in groups for s in self.slots.get(g, []) if not s.buffer]

@@ -28,7 +28,7 @@ from raymm.io import statefile
 from raymm.io.atomic import atomic_output
 from raymm.models.build import build_model, build_net
 from raymm.models.layout import GroupLayout
-from raymm.models.network import MultimodalNet
+from raymm.models.network import RaymmNet
 
 MODEL = "model.safetensors"
 DEVICES = "device_models.safetensors"
@@ -45,7 +45,7 @@ def write(run_dir: Path, sc: Scenario, dataset: Dataset, round: int,
     parameters when there are any). `clusters` is a `raymm.protocol.messages.ClusterModels`;
     `kept` holds, per device, the parameters it keeps (`LOCAL_KEY`, `PARAMS_PREFIX` + group)."""
     net = build_model(dataset, sc.model, sc.seed)
-    layout = GroupLayout(net)
+    layout = GroupLayout(net, sc.model.buffers)
     groups = [g for g in layout.groups if g in params]
     named = {s.name: np.asarray(params[g][s.start:s.stop], np.float32).reshape(s.shape)
              for g in groups for s in layout.slots[g]}
@@ -66,7 +66,7 @@ def write(run_dir: Path, sc: Scenario, dataset: Dataset, round: int,
     return path
 
 
-def load_model(run_dir: str | Path, device: int | None = None) -> MultimodalNet:
+def load_model(run_dir: str | Path, device: int | None = None) -> RaymmNet:
     """The trained model of a run directory as a `raymm.models.MultimodalNet` (eval mode).
 
     With `device=i`, the model device i uses: its cluster's model where SSCA clustered it, its
@@ -89,11 +89,11 @@ def load_model(run_dir: str | Path, device: int | None = None) -> MultimodalNet:
         raise RaymmError(f"{path}: cannot load the model ({type(exc).__name__}: {exc})"
                          ) from None
     if vectors:
-        GroupLayout(net).load(net, vectors)
+        GroupLayout(net, spec.buffers).load(net, vectors)
     return net.eval()
 
 
-def _build(info: dict[str, Any], spec: ModelSpec) -> MultimodalNet:
+def _build(info: dict[str, Any], spec: ModelSpec) -> RaymmNet:
     shapes = {m: tuple(int(d) for d in s) for m, s in info["shapes"].items()}
     return build_net(tuple(info["sensors"]), shapes, int(info["num_classes"]), spec,
                      int(info["seed"]))

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from raymm.config.schema import Scenario
 from raymm.models.layout import GroupLayout
-from raymm.models.network import ModelOutput, MultimodalNet
+from raymm.models.network import ModelOutput, RaymmNet
 from raymm.protocol.messages import ClusterModels, UpdateBatch
 from raymm.protocol.observations import Observations
 
@@ -102,6 +102,14 @@ class Policy:
         Called by `raymm validate` (and so before `raymm run` loads data or starts Ray), on the
         class, with every other check. Default: no problems."""
         return []
+
+    @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        """What this policy needs of the model, as names of `raymm.models.factory.ModelFacts`
+        fields (sensor_groups, sensor_heads, logit_fusion, fused, adapter). `raymm validate`
+        builds the scenario's model (on torch's meta device) and refuses one that lacks any,
+        naming the part and this policy. Default: nothing (any model, a whole one included)."""
+        return frozenset()
 
     def bind(self, scenario: Scenario, sensors: tuple[str, ...]) -> None:
         """Read run-level facts (the rounds, the dataset's sensors) once, when the run is built
@@ -369,7 +377,7 @@ class Objective(Policy, ABC):
         extras; called once per device before its local steps. Default: none."""
         return {}
 
-    def device_extras(self, model: MultimodalNet, xs: dict[str, Tensor], y: Tensor, held_t: Tensor,
+    def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor, held_t: Tensor,
                       use_adapter: bool) -> dict[str, np.ndarray]:
         """What the device reports besides its groups (e.g. TIDE's class means), computed with
         the trained module on all its training samples, after its local steps. Default:

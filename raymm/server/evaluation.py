@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from raymm.data.base import Split
-from raymm.models import MultimodalNet
+from raymm.data.mapped import tensor_view
+from raymm.models import RaymmNet
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ def subset_name(sensors: tuple[str, ...]) -> str:
 
 
 @torch.no_grad()
-def evaluate_subset(model: MultimodalNet, split: Split, sensors: tuple[str, ...],
+def evaluate_subset(model: RaymmNet, split: Split, sensors: tuple[str, ...],
                     batch_size: int = 2048) -> EvalResult:
     """Accuracy and loss with only `sensors` present (the others zeroed)."""
     model.eval()
@@ -36,10 +37,10 @@ def evaluate_subset(model: MultimodalNet, split: Split, sensors: tuple[str, ...]
     present_row = torch.tensor([[m in sensors for m in all_sensors]], dtype=torch.float32)
     n = len(split)
     preds, loss_sum = [], 0.0
-    y = torch.from_numpy(np.asarray(split.y))
+    y = tensor_view(split.y)
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        xb = {m: torch.from_numpy(np.asarray(split.x[m][start:stop])) if m in sensors
+        xb = {m: tensor_view(split.x[m][start:stop]) if m in sensors
               else torch.zeros((stop - start,) + tuple(split.x[m].shape[1:]))
               for m in all_sensors}
         out = model(xb, present_row.expand(stop - start, -1))
@@ -55,7 +56,7 @@ class SubsetEvaluator:
     round asks for the same subsets under several names: a tier, a single sensor, all sensors
     but one)."""
 
-    def __init__(self, model: MultimodalNet, split: Split, batch_size: int) -> None:
+    def __init__(self, model: RaymmNet, split: Split, batch_size: int) -> None:
         self.model, self.split, self.batch_size = model, split, batch_size
         self._done: dict[tuple[str, ...], EvalResult] = {}
 

@@ -11,13 +11,14 @@ import numpy as np
 import torch
 
 from raymm.data.base import Split
-from raymm.models import MultimodalNet
+from raymm.data.mapped import tensor_view
+from raymm.models import RaymmNet
 from raymm.server.evaluation import SubsetEvaluator
 from raymm.server.metrics import less_equipped, pooled_f1, worst_drop
 
 
 @torch.no_grad()
-def head_accuracies(model: MultimodalNet, split: Split, batch_size: int) -> dict[str, float]:
+def head_accuracies(model: RaymmNet, split: Split, batch_size: int) -> dict[str, float]:
     """Accuracy of each sensor's own head H_m(E_m(x_m)) on the test split (empty if the model
     has no per-sensor heads)."""
     if model.heads is None:
@@ -28,9 +29,9 @@ def head_accuracies(model: MultimodalNet, split: Split, batch_size: int) -> dict
     model.eval()
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        xb = {m: torch.from_numpy(np.asarray(split.x[m][start:stop])) for m in model.sensors}
+        xb = {m: tensor_view(split.x[m][start:stop]) for m in model.sensors}
         out = model(xb, present.expand(stop - start, -1))
-        y = torch.from_numpy(np.asarray(split.y[start:stop]))
+        y = tensor_view(split.y[start:stop])
         for m in model.sensors:
             correct[m] += int((out.sensor_logits[m].argmax(1) == y).sum())
     model.train()

@@ -49,6 +49,7 @@ from raymm.server import divergence
 from raymm.server.device_metrics import device_metrics
 from raymm.server.evaluation import SubsetEvaluator, subset_name
 from raymm.server.robustness import robustness_metrics
+from raymm.units import FLOAT_BYTES
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Server:
         self.sensors = dataset.sensors
         self.policies = policies
         self.model = build_model(dataset, scenario.model, scenario.seed)
-        self.layout = GroupLayout(self.model)
+        self.layout = GroupLayout(self.model, self.sc.model.buffers)
         self.params = self.layout.flatten(self.model, self.layout.groups)
         self.obs = Observations.register(population.sensor_mask, population.tier)
         self.tier_sensors = population.tier_sensors
@@ -240,7 +241,7 @@ class Server:
         for g in self.policies.schedule.frozen_groups(plan.round):
             sent = self.frozen_sent.setdefault(g, np.zeros(self.obs.n, bool))
             need = mask[:, self.sensors.index(g.partition(":")[2])] & ~sent[plan.selected]
-            out += need.astype(np.int64) * self.layout.sizes[g] * 4
+            out += need.astype(np.int64) * self.layout.sizes[g] * FLOAT_BYTES
             sent[plan.selected[need]] = True
         return out
 
@@ -248,7 +249,7 @@ class Server:
         """Bytes each returning device actually sent: its trained groups and its extras."""
         up = np.zeros(batch.n, np.int64)
         for g in batch.groups():
-            np.add.at(up, batch.sent(g), self.layout.sizes[g] * 4)
+            np.add.at(up, batch.sent(g), self.layout.sizes[g] * FLOAT_BYTES)
         # per-device extras, e.g. class means; an aggregator that knows which parts of them
         # carry something (FedProto: only the classes a device holds) counts them itself
         for v in batch.reports.values():  # what the server asked for: only what was reported

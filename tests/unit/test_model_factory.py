@@ -1,0 +1,198 @@
+"""Bring your own model: factories registered by name, the three forms a module may take, batch
+norm's buffers, and what `raymm validate` refuses (all on the serial executor; a plugin's model on
+Ray is tested with the plugin mechanism)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import raymm
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.errors import ScenarioError
+from raymm.models.build import build_net
+from raymm.models.factory import (
+    MODELS,
+    ModelContext,
+    ModelFacts,
+    PartsNet,
+    WholeNet,
+    register_model,
+)
+from raymm.models.layout import GroupLayout
+
+from helpers import tiny_scenario
+
+
+class Parts(nn.Module):
+    """A user's parts: an encoder per sensor, a fusion layer, a head, a head per sensor."""
+
+    def __init__(self, ctx: ModelContext, width: int = 8) -> None:
+        super().__init__()
+        self.encoders = nn.ModuleDict({m: nn.Sequential(nn.Flatten(), nn.LazyLinear(width))
+                                       for m in ctx.sensors})
+        for m in ctx.sensors:  # materialise the lazy layers with the data's shapes
+            self.encoders[m](torch.zeros((1,) + tuple(ctx.shapes[m])))
+        self.fusion = nn.Sequential(nn.Linear(width * len(ctx.sensors), width), nn.ReLU())
+        self.head = nn.Linear(width, ctx.num_classes)
+        self.heads = nn.ModuleDict({m: nn.Linear(width, ctx.num_classes) for m in ctx.sensors})
+
+
+class Whole(nn.Module):
+    """A plain module with batch norm: inputs of every sensor concatenated, then an MLP."""
+
+    def __init__(self, ctx: ModelContext, momentum: float | None = 0.1) -> None:
+        super().__init__()
+        self.sensors = ctx.sensors
+        d = sum(int(np.prod(ctx.shapes[m])) for m in ctx.sensors)
+        self.body = nn.Sequential(nn.Linear(d, 16), nn.BatchNorm1d(16, momentum=momentum),
+                                  nn.ReLU(), nn.Linear(16, ctx.num_classes))
+
+    def forward(self, xs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.body(torch.cat([xs[m].flatten(1) for m in self.sensors], dim=1))
+
+
+@register_model("test_parts")
+def make_parts(ctx: ModelContext) -> nn.Module:
+    return Parts(ctx, **ctx.args)
+
+
+@register_model("test_whole_bn")
+def make_whole(ctx: ModelContext) -> nn.Module:
+    return Whole(ctx, **ctx.args)
+
+
+@register_model("test_not_a_module")
+def make_tensor(ctx: ModelContext) -> torch.Tensor:  # type: ignore[return-value]
+    return torch.zeros(3)  # the wrong type: validate refuses it
+
+
+@register_model("test_wrong_logits")
+def make_wrong(ctx: ModelContext) -> nn.Module:
+    class Wrong(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(1, ctx.num_classes + 1)
+
+        def forward(self, xs: dict[str, torch.Tensor]) -> torch.Tensor:
+            return self.lin(xs[ctx.sensors[0]][:, :1])
+
+    return Wrong()
+
+
+def scenario(factory: str, **extra):
+    return tiny_scenario(**{"model": {"factory": factory}, "rounds": 4, **extra})
+
+
+def test_the_built_in_network_is_one_factory_among_others():
+    assert {"multimodal", "test_parts", "test_whole_bn"} <= set(MODELS)
+    sc = load_scenario(tiny_scenario())
+    net = build_net(("a", "b"), {"a": (8,), "b": (6,)}, 4, sc.model, seed=1)
+    assert type(net).__name__ == "MultimodalNet" and ModelFacts.of(net).form == "multimodal"
+
+
+def test_parts_travel_as_sensor_groups_and_train(tmp_path):
+    sc = load_scenario(scenario("test_parts", **{"model.args": {"width": 6},
+                                                 "training.upload": "held"}))
+    net = build_net(("a", "b"), {"a": (8,), "b": (6,)}, 4, sc.model, seed=1)
+    assert isinstance(net, PartsNet)
+    facts = ModelFacts.of(net)
+    assert facts.sensor_groups and facts.sensor_heads and facts.fused and not facts.adapter
+    layout = GroupLayout(net)
+    assert set(layout.slots) == {"sensor:a", "sensor:b", "shared"}
+    assert all(s.name.startswith(("encoders.a", "heads.a")) for s in layout.slots["sensor:a"])
+    res = run(sc, out=tmp_path)
+    assert res.summary["ended"] == "completed"
+    before = layout.flatten(net)
+    assert not np.array_equal(before["shared"], res.params["shared"])  # it trained
+
+
+def test_a_whole_model_with_batch_norm_averages_its_statistics(tmp_path):
+    res = run(scenario("test_whole_bn"), out=tmp_path)
+    assert set(res.params) == {"shared"}
+    net = raymm.load_model(res.run_dir)
+    assert isinstance(net, WholeNet)
+    bn = net.net.body[1]
+    # the averaged running statistics travelled back: no longer the initial zeros and ones
+    assert not torch.equal(bn.running_mean, torch.zeros(16))
+    assert not torch.equal(bn.running_var, torch.ones(16))
+    # and they are the run's own numbers: the file holds what the server ended with
+    layout = GroupLayout(net)
+    assert np.array_equal(layout.flatten(net, ["shared"])["shared"], res.params["shared"])
+    slot_names = [s.name for s in layout.slots["shared"] if s.buffer]
+    assert slot_names == ["net.body.1.running_mean", "net.body.1.running_var"]
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batch_norm_numbers_do_not_depend_on_packing(tmp_path, momentum):
+    """With momentum None batch norm averages over its step count: the count starts from its
+    initial value for every device, so hosts holding more devices give the same numbers."""
+    runs = [run(scenario("test_whole_bn", **{"model.args": {"momentum": momentum},
+                                             "execution.devices_per_actor": per}),
+                out=tmp_path / str(per)) for per in (1, 5, 12)]
+    for other in runs[1:]:
+        assert np.array_equal(runs[0].params["shared"], other.params["shared"])
+
+
+def test_batch_norm_resume_is_exact(tmp_path):
+    sc = scenario("test_whole_bn", **{"rounds": 6, "output.checkpoint_every": 3,
+                                      "output.keep_checkpoints": 5})
+    ref = run(sc, out=tmp_path / "ref")
+    from helpers import resume_from_round_3
+
+    again = resume_from_round_3(tmp_path, ref)
+    assert np.array_equal(ref.params["shared"], again.params["shared"])
+    a = pd.read_parquet(ref.run_dir / "rounds.parquet")["train_loss"]
+    b = pd.read_parquet(again.run_dir / "rounds.parquet")["train_loss"]
+    assert np.array_equal(a.to_numpy(), b.to_numpy())
+
+
+def test_lock_step_falls_back_for_batch_norm_with_a_notice(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+        fast = run(scenario("test_whole_bn", **{"training.vectorise": True}), out=tmp_path / "v")
+    assert "training sequentially: the model has buffers" in caplog.text
+    slow = run(scenario("test_whole_bn"), out=tmp_path / "s")
+    assert np.array_equal(fast.params["shared"], slow.params["shared"])
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("nope", "unknown model factory 'nope'; registered:"),
+    ("test_not_a_module", "returned Tensor, not a torch.nn.Module"),
+    ("test_wrong_logits", "logits of shape [2, 5] for a batch of 2; expected [2, 4]"),
+])
+def test_validate_refuses_a_factory_that_does_not_fit(factory, message):
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(scenario(factory))
+    assert any(message in p for p in exc.value.problems), exc.value.problems
+
+
+def test_validate_refuses_a_method_needing_parts_the_model_lacks():
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(scenario("test_whole_bn", method="tide"))
+    text = "\n".join(exc.value.problems)
+    assert "objective 'tide' needs a per-sensor encoder for every sensor" in text
+    assert "which this whole model lacks" in text
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(scenario("test_whole_bn", **{"training.upload": "held"}))
+    assert "training.upload: held needs a per-sensor encoder" in "\n".join(exc.value.problems)
+    # parts are enough for pod-wise upload
+    load_scenario(scenario("test_parts", **{"training.upload": "held"}))
+
+
+def test_counting_flops_leaves_batch_norm_statistics_alone():
+    from raymm.data import load_dataset
+    from raymm.models.size import flops_per_sample
+
+    sc = load_scenario(scenario("test_whole_bn"))
+    ds = load_dataset(sc.dataset_name, sc.dataset_params(), 0)
+    net = build_net(ds.sensors, {m: ds.sensor_shape(m) for m in ds.sensors}, ds.num_classes,
+                    sc.model, seed=1)
+    before = {n: b.clone() for n, b in net.named_buffers()}
+    assert flops_per_sample(net, ds) > 0
+    assert all(torch.equal(before[n], b) for n, b in net.named_buffers())
