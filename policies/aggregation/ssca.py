@@ -18,7 +18,7 @@ that sent it (their deltas ΔΘ_i against the vector they trained from, weights 
    only ever added to the vector it was computed against); a model no cluster matched keeps
    its value; the members adopt the matched index.
 
-Rules the paper leaves open (our spec fixes them; the code follows the spec):
+Rules the paper leaves open, as raymm fixes them (docs/methods/fedmchain.md):
 - top-κ keeps exactly round(κ·P) coordinates; among equal magnitudes at the threshold the
   lower coordinate index is kept (so the count never depends on ties);
 - K' is also capped by the number of distinct sign vectors (KMeans cannot fill more clusters);
@@ -26,7 +26,7 @@ Rules the paper leaves open (our spec fixes them; the code follows the spec):
   for evaluation alike (so its base is always a vector the server holds); the consensus (the
   group's global vector) is the mean of the K models weighted by the last sync's α per model
   (model 0 before any sync).
-`bases: matched` restores the pre-revision update Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k (a member's
+`bases: matched` restores the paper's update Θ^(k) ← Θ^(k) + λ_merge·ΔΘ̂^k (a member's
 delta is added to the matched model whatever it trained from), for measuring the difference.
 Every step is vectorised over the flat vector; Python loops run over clusters, the senders
 of a cluster (row-by-row sums, the order numpy's own sum takes) and blocks of columns.
@@ -58,8 +58,8 @@ class SSCAParams(BaseModel):
     eps: float = Field(default=1e-12, gt=0)
     #: s_min: at most ⌊senders / s_min⌋ clusters, so a cluster holds about s_min devices
     min_cluster_size: int = Field(default=8, ge=1)
-    #: coherent: a cluster model is rebuilt from its members' own bases (the revised spec);
-    #: matched: the matched model plus the merged update (before the revision)
+    #: coherent: a cluster model is rebuilt from its members' own bases (docs/methods/fedmchain.md);
+    #: matched: the matched model plus the merged update (the paper's update)
     bases: Literal["coherent", "matched"] = "coherent"
 
 

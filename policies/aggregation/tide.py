@@ -7,7 +7,7 @@ it is plain averaging (the paper's Eq. 2, the ablation's "core").
 
 Prototypes: devices report per-class means of z and class counts (`class_means`,
 `class_counts`, see policies.objective.tide). The server pools them into z̄_y[t] (weighted by
-class counts, i.e. the mean of z over every selected sample of class y; the spec only says
+class counts, i.e. the mean of z over every selected sample of class y; the paper only says
 "averages") and sets p_y ← 0.5 p_y + 0.5 z̄_y (p_y = z̄_y the first time). Classes nobody
 reported keep their prototype. Prototypes accumulate from round 1 and are broadcast only from
 round t_w + 1 on.

@@ -11,7 +11,8 @@ dataset's sensors:
   `avdigits` and `har`). Frames stay `[H, W]` or `[3, H, W]`.
 - `cmu_mosei`: `text`, `audio`, `visual`, in the order of the FedMChain paper's best chain.
   The converter calls the COVAREP features `acoustic`; here they are the sensor `audio`, the
-  name the FedMChain spec uses. Features are `[d]` (pooled) or `[T, d]` (`--keep-time`).
+  name the FedMChain scenarios use (docs/methods/fedmchain.md). Features are `[d]` (pooled) or
+  `[T, d]` (`--keep-time`).
 
 Devices partition the `train_pool` splits; the file's `test` split is the pooled test split.
 Standardisation uses statistics of the training pool only: per mel band, per colour channel

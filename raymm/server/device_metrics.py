@@ -8,7 +8,8 @@ metrics below, so serial and Ray runs compute the same numbers from the same cou
 - `acc_tier/<sensors>`: the same mean over each tier's devices (ACC_a, ACC_v, ...);
 - `acc_multimodal` (ACC_m): the mean over devices holding two or more sensors;
 - `acc_sensor/<m>` (ACC̄^(m)): mean over *every* device of its accuracy with only sensor m
-  present, the others zeroed (as the spec says: every client, also those that lack m);
+  present, the others zeroed (every client, also those that lack m, as the FedMChain paper
+  defines it; docs/methods/fedmchain.md);
 - `mir`: max_m ACC̄^(m) / min_m ACC̄^(m) (inf when some ACC̄^(m) is 0);
 - `acc_<name>`: for each other predictor the objective offers (`eval_predict`, e.g. FedProto's
   nearest prototype, `acc_proto`), the mean over the devices it predicted for.

@@ -1,4 +1,4 @@
-"""Where TIDE's residual adapter learns (the spec's revised rule, `objective.adapter_path`).
+"""Where TIDE's residual adapter learns (`objective.adapter_path`; docs/methods/tide.md).
 
 `personal` (default): the global parameters learn on the adapter-free path, exactly as the
 server evaluates them; the adapter learns on H̄(z̄ + A(z̄)), which passes no gradient to them.
