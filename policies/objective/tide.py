@@ -32,7 +32,7 @@ nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.config.schema import Scenario
-from raymm.models import MultimodalNet
+from raymm.models import RaymmNet
 from raymm.protocol.losses import contrastive_ce, mean_cross_entropy
 from raymm.protocol.registry import OBJECTIVES
 from raymm.protocol.seams import LossInputs, Objective
@@ -146,6 +146,13 @@ class TideObjective(Objective):
         self.split_adapter = params.adapter and params.adapter_path == "personal"
 
     @staticmethod
+    def model_needs(params: Any) -> frozenset[str]:
+        p = params
+        return frozenset({"sensor_groups"} | ({"sensor_heads"} if p.lambda_h > 0 else set())
+                         | ({"fused"} if p.lambda_p > 0 else set())
+                         | ({"adapter"} if p.adapter else set()))
+
+    @staticmethod
     def check_scenario(params: TideObjectiveParams, scenario: Scenario,
                        sensors: tuple[str, ...] | None) -> list[str]:
         """Cross-field rules checked before anything runs (a device that raises mid-run would
@@ -198,7 +205,7 @@ class TideObjective(Objective):
         return out, present * keep
 
     @torch.no_grad()
-    def device_extras(self, model: MultimodalNet, xs: dict[str, Tensor], y: Tensor,
+    def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor,
                       held_t: Tensor, use_adapter: bool) -> dict[str, np.ndarray]:
         """After local training, on the device's whole dataset: per-class mean of z (float32
         [C, F]) and class counts (int32 [C]) when prototypes are on; each sensor's aux-head

@@ -38,7 +38,28 @@ class ModelOutput:
     personal_logits: Tensor | None = None
 
 
-class MultimodalNet(nn.Module):
+class RaymmNet(nn.Module):
+    """What raymm trains and exchanges: `forward(inputs, present, use_adapter, split_adapter)`
+    gives a `ModelOutput`, `group_of(name)` names the travelling group of a parameter (or
+    buffer). `MultimodalNet` is raymm's own; `raymm.models.factory` wraps a user's module."""
+
+    sensors: tuple[str, ...]
+    #: per-sensor classifiers (`sensor:<m>` groups), when the model has them
+    heads: nn.ModuleDict | None
+    #: the fusion layer (None: logit fusion, or a whole model without parts)
+    fusion: nn.Module | None
+    #: the device-local residual adapter (group `local`), when the model has one
+    adapter: nn.Module | None
+
+    def forward(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool = False,
+                split_adapter: bool = False) -> ModelOutput:
+        raise NotImplementedError
+
+    def group_of(self, param_name: str) -> str:
+        raise NotImplementedError
+
+
+class MultimodalNet(RaymmNet):
     """Per-sensor encoders, optional per-sensor heads, and a fusion + task head.
 
     `forward(inputs, present)` takes every sensor's input (zeros for a missing sensor) and a
