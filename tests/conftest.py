@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from needs import full_data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,11 +39,7 @@ def ray_session() -> Iterator[Any]:
 
 @pytest.fixture
 def data_dir() -> Path:
-    """The real-data folder from RAYMM_DATA: skipped with a reason when unset, a failure
-    (not a skip) when set but missing, so CI cannot silently skip the real-data tests."""
-    root = os.environ.get("RAYMM_DATA")
-    if not root:
-        pytest.skip("RAYMM_DATA is not set; point it at the folder holding the real datasets")
-    path = Path(root)
-    assert path.is_dir(), f"RAYMM_DATA={root} is not a folder"
-    return path
+    """The full-data folder `$RAYMM_DATA`: skipped with how to provide it when unset, a
+    failure instead under RAYMM_REQUIRE_DATA=1 (CI), so CI cannot skip the full-data tests.
+    A test that needs particular files calls `needs.full_data(*names)` itself."""
+    return full_data()

@@ -95,7 +95,7 @@ def start_sshd(root: Path, user: str) -> Sshd:
     """Generate keys and a config under `root` (private), start sshd on a free loopback port
     and wait until it accepts a login."""
     if not SSHD.exists():
-        raise AssertionError(f"{SSHD} is missing: install openssh-server (.ci/run does)")
+        raise AssertionError(f"{SSHD} is missing: apt-get install openssh-server (.ci/run does)")
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     home = root / "home"

@@ -1,12 +1,13 @@
 """`raymm bench`: the standard workload on raymm next to the bare single-process loop.
 
-For each size (N clients, K per round) it runs, in this process tree, `bare_loop.py` (a child
-process) and `scenarios/bench/standard.yaml` on raymm with sequential and with vectorised local
+For each size (N clients, K per round) it runs, in this process tree, the bare loop (a child
+process: `python -m raymm.app.bare_loop`, or the script `--bare-loop PATH`) and the scenario
+`bench/standard.yaml` on raymm with sequential and with vectorised local
 training (Ray executor by default: one DeviceActor per CPU, one torch thread each; `--executor
 ray,serial` runs each mode on both), and prints the steady seconds per round (mean over rounds
 2..R; round 1 carries start-up), the ratio to the bare loop and the peak memory.
 
-How it measures (see `../shared/bench/workload.md`):
+How it measures (the workload: docs/workload.md):
   * raymm's round time is the engine's wall time of the whole round: availability poll,
     selection, broadcast, training, gathering, aggregation. Both run R+1 rounds; raymm's round
     R+1 carries the final evaluation and is not counted (steady = rounds 2..R), the bare loop
@@ -40,11 +41,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from raymm.app.scenarios import scenario_root
 from raymm.errors import RaymmError
 
-REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "bench" / "standard.yaml"
-DEFAULT_BARE_LOOP = REPO.parent / "shared" / "bench" / "bare_loop.py"
+SCENARIO = scenario_root() / "bench" / "standard.yaml"
+#: the bare loop that ships with raymm, run as a module (`--bare-loop PATH` runs another)
+BARE_LOOP_MODULE = "raymm.app.bare_loop"
 MODES = ("sequential", "vectorised")
 
 
@@ -145,8 +147,14 @@ def steady(seconds: Sequence[float]) -> float:
     return sum(rest) / len(rest)
 
 
-def run_bare(path: Path, n: int, k: int, rounds: int, seed: int) -> dict[str, Any]:
-    cmd = [sys.executable, str(path), "--clients", str(n), "--per-round", str(k),
+def bare_command(path: Path | None) -> list[str]:
+    """The command that starts the bare loop: raymm's own module, or the script at `path`
+    (any implementation of docs/workload.md with its flags and its `RESULT {json}` line)."""
+    return [sys.executable, *(["-m", BARE_LOOP_MODULE] if path is None else [str(path)])]
+
+
+def run_bare(path: Path | None, n: int, k: int, rounds: int, seed: int) -> dict[str, Any]:
+    cmd = [*bare_command(path), "--clients", str(n), "--per-round", str(k),
            "--rounds", str(rounds + 1), "--seed", str(seed)]
     settle()
     with MemorySampler() as mem:
@@ -219,8 +227,10 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
     p.add_argument("--modes", default=",".join(MODES), help="sequential,vectorised")
     p.add_argument("--executor", default="ray",
                    help="ray, serial, or both (ray,serial): every mode runs on each")
-    p.add_argument("--bare-loop", type=Path, default=Path(os.environ.get(
-        "RAYMM_BARE_LOOP", DEFAULT_BARE_LOOP)), help="path of bare_loop.py")
+    env = os.environ.get("RAYMM_BARE_LOOP")
+    p.add_argument("--bare-loop", type=Path, default=Path(env) if env else None, metavar="PATH",
+                   help="another implementation of the workload to run as the bare loop (a "
+                        "Python script; default: raymm's own, python -m raymm.app.bare_loop)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"),
                    help="folder for the run directories and bench.json")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -232,9 +242,9 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> list[dict[str, Any]]:
-    if not args.bare_loop.is_file():
-        raise RaymmError(f"bench: bare loop not found at {args.bare_loop} (pass --bare-loop or "
-                         "set RAYMM_BARE_LOOP)")
+    if args.bare_loop is not None and not args.bare_loop.is_file():
+        raise RaymmError(f"bench: bare loop not found at {args.bare_loop} (--bare-loop and "
+                         "RAYMM_BARE_LOOP name a script; unset, raymm's own loop runs)")
     os.environ.setdefault("RAY_worker_niceness", "0")
     modes = [m for m in args.modes.split(",") if m]
     executors = parse_executors(args.executor)

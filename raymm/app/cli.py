@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
     add_data_parser(sub)
+    _add_scenarios_parser(sub)
     sw = sub.add_parser(
         "sweep", help="run scenarios over seeds and write a comparison table",
         description="Run scenarios over seeds and write a comparison table. Each run gets "
@@ -90,6 +91,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_scenarios_parser(sub: argparse._SubParsersAction) -> None:
+    sc = sub.add_parser("scenarios", help="list the scenarios that ship with raymm, or copy one "
+                                          "to edit")
+    what = sc.add_subparsers(dest="scenarios_command", required=True)
+    what.add_parser("list", help="every shipped scenario with its description")
+    cp = what.add_parser("copy", help="copy a shipped scenario to edit and run it")
+    cp.add_argument("name", help="scenario name as `raymm scenarios list` shows it "
+                                 "(e.g. quickstart, bench/standard)")
+    cp.add_argument("dest", nargs="?", default=".",
+                    help="folder or file to write (default: the current folder)")
+    cp.add_argument("--force", action="store_true", help="replace an existing file")
+
+
+def _scenarios(args: argparse.Namespace) -> int:
+    # deferred: only this subcommand needs it (kept out of every other command's start-up)
+    from raymm.app import scenarios
+
+    if args.scenarios_command == "list":
+        print(scenarios.listing())
+    else:
+        out = scenarios.copy_scenario(args.name, args.dest, force=args.force)
+        print(f"wrote {out}; run it with: raymm run {out}")
+    return 0
+
+
 def _add_budget_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--budget-gib", type=float, default=None, help="budget B for Acc@B (GiB)")
@@ -104,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "data":
             return run_data(args)
+        if args.command == "scenarios":
+            return _scenarios(args)
         if args.command in ("sweep", "compare"):
             return _sweep(args)
         if args.command == "bench":

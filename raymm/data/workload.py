@@ -1,4 +1,4 @@
-"""The standard benchmark workload's data (`../shared/bench/workload.md`), pooled for raymm.
+"""The standard benchmark workload's data (docs/workload.md), pooled for raymm.
 
 The bare loop generates each client's samples on demand; raymm devices hold index arrays into
 one shared split, so this loader runs the same formulas once for every client and concatenates
@@ -85,4 +85,4 @@ class BenchLoader:
                         group=np.repeat(np.arange(p.clients), p.samples_per_client)),
             test=Split(x={SENSOR: x_test.astype(np.float32)}, y=y_test.astype(np.int64)),
             class_names=tuple(str(c) for c in range(p.classes)),
-            meta={"workload": "shared/bench/workload.md"})
+            meta={"workload": "docs/workload.md"})

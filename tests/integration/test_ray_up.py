@@ -40,6 +40,7 @@ import yaml
 
 from helpers import REPO
 from loopback_sshd import Sshd, private_dir, start_sshd
+from needs import loopback_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1500)]
 
@@ -138,6 +139,7 @@ def stop_ssh_masters(control_dir: Path) -> None:
 
 
 def test_ray_up_job_submit_ray_down_on_loopback():
+    loopback_tools()  # sshd, ssh, rsync, nc: skipped without them, required in CI
     phases: dict[str, float] = {}
     t = time.monotonic()
     wait_until_no_raylet(WAIT_S)
@@ -184,7 +186,7 @@ def test_ray_up_job_submit_ray_down_on_loopback():
         head_token = sshd.home / ".ray" / "auth_token"
         assert head_token.read_text() == (client_home / ".ray" / "auth_token").read_text()
         assert head_token.stat().st_mode & 0o777 == 0o600
-        assert (sshd.home / "raymm" / "raymm" / "cli.py").is_file()  # the rsynced checkout
+        assert (sshd.home / "raymm" / "raymm" / "app" / "cli.py").is_file()  # rsynced checkout
         assert not (sshd.home / "raymm" / ".git").exists()            # rsync_exclude
         imported = subprocess.run(  # setup's `pip install -e .` put the rsynced copy first
             [str(sshd.home / "raymm-venv" / "bin" / "python"), "-c",

@@ -8,21 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from raymm.app import bare_loop as bl
 from raymm.app import bench
 from raymm.app.build import build_world, load_scenario
 from raymm.models.build import build_model
 
-from helpers import load_script
-
-
-def bare_loop_module():
-    if not bench.DEFAULT_BARE_LOOP.is_file():
-        pytest.skip(f"{bench.DEFAULT_BARE_LOOP} not found (it lives in ../shared/bench)")
-    return load_script(bench.DEFAULT_BARE_LOOP, "bare_loop")
-
 
 def test_bench_dataset_and_model_are_the_workloads():
-    bl = bare_loop_module()
     cfg = bl.build_parser().parse_args(["--clients", "30", "--seed", "3"])
     sc = load_scenario(bench.SCENARIO, ["dataset.clients=30", "population.devices=30",
                                         "selection.k=5", "seed=3"])
@@ -67,10 +59,8 @@ def test_executors_parse_and_bad_ones_are_named():
 
 @pytest.mark.slow
 def test_bench_command_reports_both_implementations(tmp_path, capsys):
-    bare_loop_module()
     args = Namespace(sizes="40:4", rounds=2, seed=0, modes="sequential,vectorised",
-                     executor="serial", bare_loop=bench.DEFAULT_BARE_LOOP, out=tmp_path,
-                     overrides=[], repeat=1)
+                     executor="serial", bare_loop=None, out=tmp_path, overrides=[], repeat=1)
     rows = bench.main(args)
     assert [r["impl"] for r in rows] == ["bare_loop", "raymm sequential", "raymm vectorised"]
     assert rows[0]["ratio"] == 1.0
@@ -84,3 +74,34 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert len(saved["rows"]) == 3 and saved["meta"]["executor"] == "serial"
     assert "bare_loop" in capsys.readouterr().out
+
+
+def test_the_bare_loop_is_the_workload_to_the_bit(capsys):
+    """docs/workload.md fixes every draw and every summation order, so the final weights are a
+    known value. The digest was printed by an independent implementation of the same spec for
+    these arguments (and by this one: they agree); accuracies are as that one printed them."""
+    assert bl.main(["--clients", "50", "--per-round", "10", "--rounds", "3", "--seed", "0"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("RESULT ")][-1]
+    res = json.loads(line[len("RESULT "):])
+    assert res["weights_sha"] == "25ba0184a1018d57"
+    assert (res["initial_acc"], res["final_acc"]) == (0.099, 0.479)
+    assert len(res["round_seconds"]) == 3 and res["peak_rss_mb"] > 0
+
+
+def test_fedavg_weights_each_client_by_its_share_in_float64():
+    a, b = torch.tensor([1.0, 0.1]), torch.tensor([4.0, 0.7])
+    (out,) = bl.fedavg([(1, [a]), (3, [b])])
+    assert out.dtype == torch.float32
+    expected = (a.double() * 0.25 + b.double() * 0.75).float()
+    assert torch.equal(out, expected)                         # [3.25, 0.55]
+
+
+def test_bench_runs_the_packaged_loop_unless_given_a_script(tmp_path):
+    from raymm.errors import RaymmError
+
+    assert bench.bare_command(None)[1:] == ["-m", "raymm.app.bare_loop"]
+    script = tmp_path / "other_loop.py"
+    assert bench.bare_command(script)[1:] == [str(script)]
+    args = bench.build_parser().parse_args(["--bare-loop", str(script)])
+    with pytest.raises(RaymmError, match="other_loop.py"):
+        bench.main(args)                                      # not there: one clear message

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,8 @@ from pydantic import ValidationError
 
 from raymm.data import DATASETS, Dataset, dataset_params, load_dataset
 from raymm.errors import DataError
+
+from needs import full_data
 
 UCI_NAMES = ("WALKING", "WALKING_UPSTAIRS", "WALKING_DOWNSTAIRS", "SITTING", "STANDING", "LAYING")
 
@@ -268,13 +269,7 @@ def test_har_uci_folder_missing_file(tmp_path: Path) -> None:
 
 @pytest.mark.data
 def test_har_real_file() -> None:
-    root = os.environ.get("RAYMM_DATA")
-    if not root:
-        pytest.skip(
-            "RAYMM_DATA is not set; point it at the folder holding uci_har_hapt_raw_windows.npz"
-        )
-    path = Path(root) / "uci_har_hapt_raw_windows.npz"
-    assert path.is_file(), f"RAYMM_DATA is set but {path} is missing"
+    full_data("uci_har_hapt_raw_windows.npz")  # the subset: tests/unit/test_data_fixtures.py
     ds = load_dataset("har", {}, seed=0)
     assert (len(ds.train), len(ds.test)) == (7415, 2996)
     assert ds.num_classes == 6 and ds.class_names == UCI_NAMES

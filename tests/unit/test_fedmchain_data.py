@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,8 @@ from raymm.app.build import load_scenario
 from raymm.app.variants import method_variant
 from raymm.config.schema import read_yaml
 from raymm.population.partition import local_split
+
+from needs import full_data
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 
@@ -60,14 +61,12 @@ def test_method_variant_keeps_the_sync_period_for_every_method() -> None:
         load_scenario(method_variant(raw, method, policies.PRESETS))   # each one is valid
 
 
-DATA = Path(os.environ.get("RAYMM_DATA", "/nonexistent"))
-
-
 @pytest.mark.data
-@pytest.mark.skipif(not (DATA / "fsdd_audio_8k.npz").exists(), reason="needs RAYMM_DATA")
 def test_avdigits_pairs_by_label_with_spectrograms() -> None:
+    """On the full files (the subset: tests/unit/test_data_fixtures.py)."""
     from raymm.data import load_dataset
 
+    data = full_data("fsdd_audio_8k.npz", "mnist_test_28x28.npz")
     ds = load_dataset("avdigits", {"n_fft": 128, "hop": 64, "freq_mask": 5}, seed=0)
     assert ds.sensors == ("audio", "visual") and ds.num_classes == 10
     assert len(ds.train) == 2700 and len(ds.test) == 300      # FSDD takes 0-4 held out
@@ -75,7 +74,7 @@ def test_avdigits_pairs_by_label_with_spectrograms() -> None:
     assert ds.sensor_shape("visual") == (28, 28)
     assert abs(float(ds.train.x["audio"].mean())) < 1e-3       # standardised on train
     # every pair shows the same digit: the image is an MNIST test image of that label
-    mnist = np.load(DATA / "mnist_test_28x28.npz")
+    mnist = np.load(data / "mnist_test_28x28.npz")
     flat = mnist["x"].reshape(10000, -1).astype(np.float32) / 255
     for i in (0, 1234, 2699):
         j = np.flatnonzero((flat == ds.train.x["visual"][i].reshape(-1)).all(axis=1))

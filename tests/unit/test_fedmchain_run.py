@@ -19,6 +19,8 @@ from raymm.app.variants import method_variant
 from raymm.config.schema import read_yaml
 from raymm.sim.serial import SerialExecutor
 
+from needs import full_data
+
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 FAST = ["rounds=6", "training.sync_every=1", "eval.every=3"]
 
@@ -180,8 +182,8 @@ def test_device_state_is_checkpointable() -> None:
 
 @pytest.mark.parametrize("name", ["fedmchain_synthetic.yaml", "fedmchain_avdigits.yaml"])
 def test_scenarios_validate(name: str) -> None:
-    if name == "fedmchain_avdigits.yaml" and "RAYMM_DATA" not in __import__("os").environ:
-        pytest.skip("needs RAYMM_DATA")
+    if name == "fedmchain_avdigits.yaml":
+        full_data("fsdd_audio_8k.npz", "mnist_test_28x28.npz")
     sc = load_scenario(SCENARIO.parent / name)
     assert sc.method == "fedmchain" and sc.eval.scope == "devices"
     assert sc.population.local_test_fraction == 0.2 and sc.selection.name == "fraction"

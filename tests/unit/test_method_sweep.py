@@ -3,7 +3,6 @@ sync period), and `raymm sweep --methods`."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,9 @@ from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
 
 from helpers import tiny_scenario
+from needs import full_data
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
-HAS_DATA = (Path(os.environ.get("RAYMM_DATA", "/nonexistent")) /
-            "uci_har_hapt_raw_windows.npz").exists()
 
 
 def test_a_nameless_selection_keeps_its_k_and_the_preset_protocol_stays() -> None:
@@ -36,8 +34,8 @@ def test_a_nameless_selection_keeps_its_k_and_the_preset_protocol_stays() -> Non
     assert "lr" not in ours["training"]
 
 
-@pytest.mark.skipif(not HAS_DATA, reason="needs RAYMM_DATA")
 def test_fedavg_variant_of_tide_har_is_the_shipped_fedavg_scenario() -> None:
+    full_data("uci_har_hapt_raw_windows.npz")
     v = method_variant(read_yaml(SCENARIOS / "tide_har.yaml"), "fedavg", policies.PRESETS)
     a = load_scenario(v).to_dict()
     b = load_scenario(SCENARIOS / "tide_har_fedavg.yaml").to_dict()

@@ -5,15 +5,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from raymm.app.build import load_scenario
 from raymm.protocol.registry import policy_params
 
 from helpers import REPO, load_script
+from needs import full_data
 
 
 def _generator():
@@ -27,8 +25,7 @@ def test_ablation_files_are_what_the_generator_writes(capsys) -> None:
     assert len(gen.rendered()) == 15
 
 def test_tide_ablation_rows_differ_only_in_their_components() -> None:
-    if not os.environ.get("RAYMM_DATA"):
-        pytest.skip("needs RAYMM_DATA for the HAR file")
+    full_data("uci_har_hapt_raw_windows.npz")
     root = Path(__file__).resolve().parents[2] / "scenarios"
     base = load_scenario(root / "tide_har.yaml").to_dict()
     core = load_scenario(root / "tide_ablations" / "01_core.yaml").to_dict()

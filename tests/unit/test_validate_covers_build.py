@@ -227,13 +227,18 @@ def test_the_facts_are_what_loading_gives():
         assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}, name
 
 
-def test_har_facts_come_from_the_file_headers(data_dir):
+@pytest.mark.parametrize("which", ["subset", "full"])
+def test_har_facts_come_from_the_file_headers(which):
     from raymm.data import DATASETS, load_dataset
     from raymm.data.base import loader_facts
 
+    from needs import fixture, full_data
+
+    path = fixture("har_windows_subset.npz") if which == "subset" else \
+        full_data("uci_har_hapt_raw_windows.npz") / "uci_har_hapt_raw_windows.npz"
     loader = DATASETS["har"]
-    facts = loader_facts(loader, loader.Params())
-    data = load_dataset("har", {}, 0)
+    facts = loader_facts(loader, loader.Params(path=str(path)))
+    data = load_dataset("har", {"path": str(path)}, 0)
     assert facts is not None and facts.n_train == len(data.train) > 0
     assert facts.groups == len(np.unique(data.train.group))
     assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}

@@ -1,0 +1,85 @@
+"""What a test does when something outside the clone is absent: it is skipped, with a reason that
+says how to provide it, unless the environment requires it, and then it fails.
+
+A clone on a fresh machine has no full datasets and maybe no sshd; `make test` must pass there.
+CI has both and sets the `RAYMM_REQUIRE_*` variables (`.ci/run`), so there an absent file or
+tool is a failure, never a silent skip:
+
+| variable | makes required |
+| --- | --- |
+| `RAYMM_REQUIRE_DATA=1` | the full datasets under `$RAYMM_DATA` |
+| `RAYMM_REQUIRE_SSHD=1` | sshd, ssh, rsync and nc for the `ray up` test |
+
+The data-path tests that need only a little real data read the subsets in
+`tests/fixtures/data/` (committed, see its README), which are always present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+#: small real-data subsets kept in the repository (tests/fixtures/data/README.md)
+FIXTURES = REPO / "tests" / "fixtures" / "data"
+
+#: how each full data file is obtained (docs/data.md has the details)
+HOW_TO_GET = {
+    "uci_har_hapt_raw_windows.npz": "the HAR windows cut from the HAPT raw release",
+    "fsdd_audio_8k.npz": "the Free Spoken Digit recordings",
+    "mnist_test_28x28.npz": "the MNIST test set",
+}
+DATA_HINT = ("`raymm data list` shows where each file is expected and docs/data.md how to "
+             "download and prepare it")
+
+LOOPBACK_TOOLS = {"/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client",
+                  "ssh-keygen": "openssh-client", "rsync": "rsync", "nc": "netcat-openbsd"}
+
+
+def required(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0")
+
+
+def absent(reason: str, variable: str) -> NoReturn:
+    """Skip with `reason`, or fail with it when `variable` makes the thing required."""
+    if required(variable):
+        pytest.fail(f"{reason} [{variable}=1 makes this required]", pytrace=False)
+    pytest.skip(f"{reason} [required when {variable}=1]")
+
+
+def full_data(*names: str) -> Path:
+    """The folder `$RAYMM_DATA` when it holds every file in `names`; else a skip (a failure
+    under RAYMM_REQUIRE_DATA=1) naming what is missing and how to get it."""
+    files = ", ".join(f"{n} ({HOW_TO_GET[n]})" if n in HOW_TO_GET else n
+                      for n in names) or "the full datasets"
+    root = os.environ.get("RAYMM_DATA")
+    if not root:
+        absent(f"needs the full data: set RAYMM_DATA to a folder with {files}; {DATA_HINT}",
+               "RAYMM_REQUIRE_DATA")
+    path = Path(root).expanduser()
+    missing = [n for n in names if not (path / n).is_file()]
+    if missing:
+        absent(f"RAYMM_DATA={root} lacks {', '.join(missing)}; it needs {files}; {DATA_HINT}",
+               "RAYMM_REQUIRE_DATA")
+    return path
+
+
+def loopback_tools() -> None:
+    """Skip (fail under RAYMM_REQUIRE_SSHD=1) unless sshd and the client tools `ray up` uses
+    on this machine are installed."""
+    missing = {tool: pkg for tool, pkg in LOOPBACK_TOOLS.items()
+               if not (Path(tool).is_file() if tool.startswith("/") else shutil.which(tool))}
+    if missing:
+        packages = " ".join(dict.fromkeys(missing.values()))
+        absent(f"needs {', '.join(missing)}: apt-get install {packages}", "RAYMM_REQUIRE_SSHD")
+
+
+def fixture(name: str) -> Path:
+    """A committed real-data subset; its absence is a broken checkout, always a failure."""
+    path = FIXTURES / name
+    assert path.is_file(), f"{path} is missing from the checkout (tests/fixtures/data/README.md)"
+    return path
