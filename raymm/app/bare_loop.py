@@ -95,14 +95,21 @@ def flat_weights(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def local_update(model: nn.Module, weights: Sequence[torch.Tensor], x: torch.Tensor,
-                 y: torch.Tensor, cid: int, rnd: int,
-                 cfg: argparse.Namespace) -> tuple[list[torch.Tensor], float]:
-    """Start from the global `weights`, run E epochs of minibatch SGD in the order of a seeded
-    permutation per epoch; returns the new weights and the mean minibatch loss."""
+def model_with(weights: Sequence[torch.Tensor], cfg: argparse.Namespace) -> nn.Sequential:
+    """A fresh model holding `weights` (as the workload has it: nothing carries over between
+    clients but the global weights)."""
+    model = build_model(cfg)
     with torch.no_grad():
         for p, w in zip(model.parameters(), weights):
             p.copy_(w)
+    return model
+
+
+def local_update(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, cid: int,
+                 rnd: int, cfg: argparse.Namespace) -> tuple[list[torch.Tensor], float]:
+    """A fresh model from the global `weights`, E epochs of minibatch SGD in the order of a
+    seeded permutation per epoch; returns the new weights and the mean minibatch loss."""
+    model = model_with(weights, cfg)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed((cfg.seed * PERM_A + rnd) * PERM_B + cid)
     losses = []
@@ -133,12 +140,11 @@ def fedavg(updates: Sequence[tuple[int, list[torch.Tensor]]]) -> list[torch.Tens
     return [s.float() for s in sums]
 
 
-def evaluate(model: nn.Module, weights: Sequence[torch.Tensor], x: torch.Tensor,
-             y: torch.Tensor) -> tuple[float, float]:
+def evaluate(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             cfg: argparse.Namespace) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) of `weights` on the test set."""
+    model = model_with(weights, cfg)
     with torch.no_grad():
-        for p, w in zip(model.parameters(), weights):
-            p.copy_(w)
         logits = model(x)
         return (float((logits.argmax(1) == y).float().mean()),
                 float(nn.functional.cross_entropy(logits, y)))
@@ -157,9 +163,8 @@ def run(cfg: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(cfg.threads)
     mu = class_means(cfg)
     x_test, y_test = test_data(cfg, mu)
-    model = build_model(cfg)
-    weights = flat_weights(model)
-    initial_acc, _ = evaluate(model, weights, x_test, y_test)
+    weights = flat_weights(build_model(cfg))
+    initial_acc, _ = evaluate(weights, x_test, y_test, cfg)
     pick = np.random.default_rng([cfg.seed, 3])
     round_seconds = []
     first = time.perf_counter()
@@ -168,8 +173,8 @@ def run(cfg: argparse.Namespace) -> dict[str, Any]:
         chosen = np.sort(pick.choice(cfg.clients, cfg.per_round, replace=False))
         updates, losses = [], []
         for cid in chosen.tolist():
-            x, y = client_data(cid, cfg, mu)
-            new, loss = local_update(model, weights, x, y, cid, rnd, cfg)
+            x, y = client_data(cid, cfg)  # regenerated each time: clients keep no state
+            new, loss = local_update(weights, x, y, cid, rnd, cfg)
             updates.append((len(y), new))
             losses.append(loss)
         weights = fedavg(updates)
@@ -177,10 +182,10 @@ def run(cfg: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"round": rnd, "seconds": round(round_seconds[-1], 4),
                                "train_loss": round(sum(losses) / len(losses), 5)}
         if cfg.eval_every_round:
-            row["test_acc"], row["test_loss"] = evaluate(model, weights, x_test, y_test)
+            row["test_acc"], row["test_loss"] = evaluate(weights, x_test, y_test, cfg)
         print(f"round {rnd}: {row}", flush=True)
     rounds_s = time.perf_counter() - first
-    final_acc, final_loss = evaluate(model, weights, x_test, y_test)
+    final_acc, final_loss = evaluate(weights, x_test, y_test, cfg)
     steady = round_seconds[1:]
     return {
         "impl": "raymm.app.bare_loop", **{k: getattr(cfg, k) for k in (
