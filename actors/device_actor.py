@@ -27,6 +27,7 @@ import torch
 import actors
 from actors.process import keep_freed_memory
 from raymm.data.base import Dataset
+from raymm.data.mapped import received
 from raymm.device.host import DeviceHost, HostSpec
 from raymm.device.lockstep_host import make_host
 from raymm.device.torch_device import choose_torch_device
@@ -64,7 +65,7 @@ class DeviceActor:
             return
         start = time.time()
         pop: Population = ray.get(population[0])
-        data: Dataset = ray.get(dataset[0])
+        data: Dataset = received(ray.get(dataset[0]))   # a mapped one is opened here
         got = time.time()
         self.device, why = choose_torch_device(spec.device, torch.cuda.is_available(),
                                                self.gpu_ids)

@@ -45,6 +45,7 @@ from actors.quiet import (
 )
 from actors.server_actor import ServerActor
 from raymm.config.schema import ExecutionSpec, Scenario
+from raymm.data.mapped import for_workers
 from raymm.device.lockstep import why_not_vectorised
 from raymm.errors import RaymmError
 from raymm.models.build import build_model
@@ -129,7 +130,11 @@ class RayExecutor:
                              f"devices, the population has {n}")
         self.scenario = world.scenario
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
-        pop_ref, data_ref = ray.put(world.population), ray.put(world.dataset)
+        # a memory-mapped dataset travels as the loader call that opens it (`for_workers`):
+        # each actor maps the files itself instead of Ray copying them into its object store
+        data = for_workers(world.dataset, world.scenario.dataset_name,
+                           world.scenario.dataset_params(), world.scenario.seed)
+        pop_ref, data_ref = ray.put(world.population), ray.put(data)
         # kept alive for the whole run: a restarted actor is given them again (`_revive`)
         self._shared = ([pop_ref], [data_ref], world.host_spec)
         self._setups = [self.server.setup.remote(world.scenario, [data_ref], [pop_ref],

@@ -14,6 +14,7 @@ import ray
 from actors.process import keep_freed_memory
 from raymm.config.schema import Scenario
 from raymm.data.base import Dataset
+from raymm.data.mapped import received
 from raymm.population.devices import Population
 from raymm.protocol.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.protocol.record import RoundRecord
@@ -28,7 +29,7 @@ class ServerActor:
 
     def setup(self, scenario: Scenario, dataset: list[ray.ObjectRef],
               population: list[ray.ObjectRef], policies: Policies) -> None:
-        data: Dataset = ray.get(dataset[0])
+        data: Dataset = received(ray.get(dataset[0]))   # a mapped one is opened here
         pop: Population = ray.get(population[0])
         self.server = Server(scenario, data, pop, policies)
 

@@ -1,7 +1,8 @@
-"""Datasets: the in-memory `Dataset`, the loader registry, and the built-in loaders.
+"""Datasets: the `Dataset` (in memory or memory-mapped, `raymm.data.mapped`), the loader
+registry, and the built-in loaders.
 
-Importing this package registers `digits`, `synthetic`, `har`, `bench`, `avdigits` and the
-prepared releases `crema_d`, `ave`, `cmu_mosei`.
+Importing this package registers `digits`, `synthetic`, `synthetic_mmap`, `har`, `bench`,
+`avdigits` and the prepared releases `crema_d`, `ave`, `cmu_mosei`.
 
 May import: base, io.
 """
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raymm.data import avdigits, digits, har, release, synthetic, workload  # noqa: F401  (import registers the loaders)
+from raymm.data import avdigits, digits, har, release, synthetic, synthetic_mmap, workload  # noqa: F401  (import registers the loaders)
 from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
 
 __all__ = [

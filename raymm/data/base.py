@@ -1,7 +1,9 @@
-"""The in-memory dataset every loader produces, and the loader registry.
+"""The dataset every loader produces, and the loader registry.
 
 A dataset is a set of named sensors (modalities) that observe the same samples. Devices never
-copy it: they hold index arrays into `Dataset.train`, so one copy lives in Ray's object store.
+copy it: they hold index arrays into `Dataset.train`. An in-memory dataset is stored once in
+Ray's object store; a memory-mapped one (see `Split`) stays in its files, and every process
+that needs it maps them itself (`raymm.data.mapped`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +29,14 @@ from raymm.io.paths import special_file_problem
 @dataclass(frozen=True)
 class Split:
     """One split: `x[sensor]` is float32 `[n, *shape]`, `y` int64 `[n]`, `group` optional `[n]`
-    (e.g. the subject each window came from)."""
+    (e.g. the subject each window came from).
+
+    The arrays may live in memory or be views of files: `np.load(path, mmap_mode="r")`, an
+    `np.memmap`, or zero-copy numpy views of a memory-mapped Arrow file (then set
+    `Dataset.mapped`). raymm never writes into them and never copies a whole `x` array: a host
+    reads the rows of its own devices, minibatch by minibatch, and evaluation reads the test
+    split `eval.batch_size` rows at a time. The labels `y` and `group` are read whole (to
+    partition the data, to count classes), so keep them small; they may be mapped too."""
 
     x: Mapping[str, np.ndarray]
     y: np.ndarray
@@ -49,6 +60,11 @@ class Dataset:
     #: optional training-time augmentation `augment(xb, held, gen) -> xb` (picklable; applied
     #: to every training minibatch with the stream (seed, round, device, "data_augment"))
     augment: Any = None
+    #: the arrays are views of files by means raymm cannot see (e.g. a memory-mapped Arrow
+    #: file): on Ray, every process opens the dataset itself instead of receiving the arrays.
+    #: `np.memmap` and other `mmap`-backed arrays are recognised without it
+    #: (`raymm.data.mapped.is_memory_mapped`)
+    mapped: bool = False
 
     def sensor_shape(self, sensor: str) -> tuple[int, ...]:
         return tuple(self.train.x[sensor].shape[1:])
@@ -101,9 +117,27 @@ def register_dataset(name: str) -> Callable[[type], type]:
     return deco
 
 
+#: the data root a process was told to use (`data_root_at`), over `$RAYMM_DATA`
+_ROOT: ContextVar[Path | None] = ContextVar("raymm_data_root", default=None)
+
+
 def data_root() -> Path:
-    """Where relative data paths are resolved: `$RAYMM_DATA`, else the working directory."""
-    return Path(os.environ.get("RAYMM_DATA", ".")).expanduser()
+    """Where relative data paths are resolved: `$RAYMM_DATA`, else the working directory
+    (inside `data_root_at(root)`: `root`)."""
+    told = _ROOT.get()
+    return told if told is not None else Path(os.environ.get("RAYMM_DATA", ".")).expanduser()
+
+
+@contextmanager
+def data_root_at(root: Path) -> Iterator[None]:
+    """Resolve relative data paths under `root` inside the block: a Ray worker opening a
+    dataset again finds the files the driver found, whatever its own environment and working
+    directory."""
+    token = _ROOT.set(root)
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
 
 
 def resolve_data_path(path: str | os.PathLike[str]) -> Path:

@@ -176,7 +176,7 @@ class DeviceHost:
         vectors = exchange.eval_vectors(self.spec.training.exchange, broadcast, dev,
                                         self.state_of(dev), tr.initial)
         return unimodal_correct(tr.model, tr.layout, vectors,
-                                {m: tr.train_x[m][idx] for m in sensors}, tr.train_y[idx],
+                                {m: tr.rows(m, idx) for m in sensors}, tr.train_y[idx],
                                 which)
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
@@ -272,7 +272,7 @@ class DeviceHost:
             if idx.shape[0] == 0:
                 rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64), {}))
                 continue
-            xs = {m: tr.train_x[m][idx] for m in sensors}
+            xs = {m: tr.rows(m, idx) for m in sensors}
             rows.append((idx.shape[0], *evaluate_device(tr.model, tr.layout, vectors, xs,
                                                         tr.train_y[idx], held, use_adapter,
                                                         predict, extras)))

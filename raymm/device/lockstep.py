@@ -354,7 +354,7 @@ class LockstepTrainer:
         base = self.base
         g, b = rows.shape
         flat = rows.reshape(-1)
-        xb = {m: base.train_x[m].index_select(0, flat).view((g, b) + base.dataset.sensor_shape(m))
+        xb = {m: base.rows(m, flat).view((g, b) + base.dataset.sensor_shape(m))
               if h else
               torch.zeros(base.dataset.sensor_shape(m), device=base.device).expand(
                   (g, b) + base.dataset.sensor_shape(m))

@@ -16,6 +16,7 @@ import torch
 from raymm import seeding
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
+from raymm.data.mapped import is_memory_mapped, tensor_view
 from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
@@ -51,18 +52,28 @@ class SequentialTrainer:
                               if LOCAL in self.layout.slots else None)
         # the model every device starts from (identical in every process: seeded build)
         self.initial = self.layout.flatten(self.model, self.layout.groups)
-        # zero-copy views of the shared arrays
-        self.train_x = {m: torch.from_numpy(np.asarray(dataset.train.x[m])).to(self.device)
+        # tensors over the shared arrays' memory, never copies: a memory-mapped split stays
+        # in its files and only the rows of the devices trained here are read. On an
+        # accelerator an in-memory split moves there once; a mapped one stays on the CPU, and
+        # each device's rows travel (`rows`). Labels are small: they always move.
+        self.store = torch.device("cpu") if is_memory_mapped(dataset) else self.device
+        self.train_x = {m: tensor_view(dataset.train.x[m]).to(self.store)
                         for m in dataset.sensors}
-        self.train_y = torch.from_numpy(np.asarray(dataset.train.y)).to(self.device)
+        self.train_y = tensor_view(dataset.train.y).to(self.device)
         self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
         self._generators: dict[str, torch.Generator] = {}
         self.call = ModuleCall(self.model)  # runs the module with a device's parameters
 
+    def rows(self, sensor: str, idx: torch.Tensor) -> torch.Tensor:
+        """The training inputs of `sensor` at rows `idx` (int64, on any device), on the
+        training device."""
+        x = self.train_x[sensor]
+        return x.index_select(0, idx.to(x.device)).to(self.device)   # no-ops on one device
+
     def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
         """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
         n = idx.shape[0]
-        return {m: self.train_x[m][idx] if h else
+        return {m: self.rows(m, idx) if h else
                 torch.zeros((n,) + self.dataset.sensor_shape(m), device=self.device)
                 for m, h in zip(self.dataset.sensors, held)}
 

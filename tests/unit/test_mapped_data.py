@@ -1,0 +1,170 @@
+"""Memory-mapped datasets: the `synthetic_mmap` loader, what travels to other processes instead
+of the arrays, and that a host reads only its own devices' rows."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from raymm.data import load_dataset
+from raymm.data import synthetic_mmap as sm
+from raymm.data.base import Dataset, Split
+from raymm.data.mapped import (
+    DataSource,
+    for_workers,
+    is_memory_mapped,
+    maps_a_file,
+    received,
+    tensor_view,
+)
+from raymm.errors import DataError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def params(path: Path, **kw: object) -> dict:
+    return {"path": str(path), "n_train": 600, "n_test": 90, "classes": 3, "clients": 6,
+            "sensors": {"a": {"dim": 5, "informativeness": 1.0},
+                        "b": {"dim": 3, "length": 4, "informativeness": 0.5}}, **kw}
+
+
+def same_arrays(a: Dataset, b: Dataset) -> bool:
+    return all(np.array_equal(sa.y, sb.y) and
+               all(np.array_equal(sa.x[m], sb.x[m]) for m in a.sensors)
+               for sa, sb in ((a.train, b.train), (a.test, b.test)))
+
+
+def test_generated_once_mapped_and_equal_to_in_memory(tmp_path: Path) -> None:
+    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=4)
+    folder = Path(ds.meta["folder"])
+    assert isinstance(ds.train.x["a"], np.memmap) and is_memory_mapped(ds)
+    assert ds.sensor_shape("b") == (4, 3) and ds.train.x["a"].dtype == np.float32
+    assert ds.train.y.dtype == np.int64 and set(np.unique(ds.train.y)) == {0, 1, 2}
+    # clients own runs of consecutive rows
+    assert ds.train.group is not None and np.array_equal(ds.train.group,
+                                                         np.repeat(np.arange(6), 100))
+    stamp = {f.name: f.stat().st_mtime_ns for f in folder.iterdir()}
+    again = load_dataset("synthetic_mmap", params(tmp_path), seed=4)
+    assert {f.name: f.stat().st_mtime_ns for f in folder.iterdir()} == stamp   # not rewritten
+    loaded = load_dataset("synthetic_mmap", params(tmp_path, mmap=False), seed=4)
+    assert not is_memory_mapped(loaded) and not maps_a_file(loaded.train.x["a"])
+    assert same_arrays(ds, again) and same_arrays(ds, loaded)
+    # another seed is other data, in a folder of its own
+    other = load_dataset("synthetic_mmap", params(tmp_path), seed=5)
+    assert Path(other.meta["folder"]) != folder
+    assert not np.array_equal(other.train.x["a"], ds.train.x["a"])
+    # the size the loader states is what the files hold, headers aside
+    on_disk = sum(f.stat().st_size for f in folder.glob("*.npy"))
+    assert 0 < on_disk - sm.size_on_disk(sm.MappedParams(**params(tmp_path))) < 1024 * 8
+    facts = sm.SyntheticMmapLoader().facts(sm.MappedParams(**params(tmp_path)))
+    assert (facts.n_train, facts.groups, dict(facts.shapes)) == (600, 6, {"a": (5,),
+                                                                          "b": (4, 3)})
+
+
+def test_generation_does_not_depend_on_the_chunk_size(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    big = load_dataset("synthetic_mmap", params(tmp_path / "big"), seed=1)
+    monkeypatch.setattr(sm, "CHUNK_BYTES", 40)   # two rows of `a` per step
+    small = load_dataset("synthetic_mmap", params(tmp_path / "small"), seed=1)
+    assert same_arrays(big, small)
+
+
+def test_an_incomplete_folder_is_generated_again_and_a_corrupt_file_named(
+        tmp_path: Path) -> None:
+    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=2)
+    folder = Path(ds.meta["folder"])
+    (folder / sm.DONE).unlink()          # interrupted before the end: made again
+    assert same_arrays(load_dataset("synthetic_mmap", params(tmp_path), seed=2), ds)
+    np.save(folder / "train_x0.npy", np.zeros((3, 5), np.float32))
+    with pytest.raises(DataError, match="train_x0.npy.*expected float32 \\(600, 5\\)"):
+        load_dataset("synthetic_mmap", params(tmp_path), seed=2)
+
+
+def test_clients_must_fit_the_rows(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="clients"):
+        sm.MappedParams(**params(tmp_path, clients=601))
+
+
+def test_a_mapped_dataset_travels_as_its_loader_call(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    raw = params(Path("rel"))                     # relative: under the data root
+    ds = load_dataset("synthetic_mmap", raw, seed=3)
+    sent = for_workers(ds, "synthetic_mmap", raw, 3)
+    assert isinstance(sent, DataSource) and len(pickle.dumps(sent)) < 2048
+    # another process with another data root and working directory opens the same files
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path / "elsewhere"))
+    monkeypatch.chdir(tmp_path.parent)
+    back = received(pickle.loads(pickle.dumps(sent)))
+    assert is_memory_mapped(back) and back.meta["folder"] == ds.meta["folder"]
+    assert same_arrays(back, ds)
+    # an in-memory dataset travels as it is
+    loaded = load_dataset("synthetic_mmap", {**raw, "mmap": False}, seed=3)
+    assert for_workers(loaded, "synthetic_mmap", {**raw, "mmap": False}, 3) is loaded
+    assert received(loaded) is loaded
+
+
+def test_a_worker_that_opens_other_data_fails(tmp_path: Path) -> None:
+    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=3)
+    sent = for_workers(ds, "synthetic_mmap", params(tmp_path), 3)
+    assert isinstance(sent, DataSource)
+    with pytest.raises(DataError, match="differs from the driver's"):
+        replace(sent, seed=4).open()         # the loader gives other data for another seed
+    with pytest.raises(DataError, match="no such loader"):
+        replace(sent, name="nope").open()
+
+
+def test_a_loader_may_declare_its_arrays_mapped() -> None:
+    x = {"a": np.zeros((4, 2), np.float32)}
+    split = Split(x=x, y=np.zeros(4, np.int64))
+    ds = Dataset("d", ("a",), 2, split, split)
+    assert not is_memory_mapped(ds) and is_memory_mapped(replace(ds, mapped=True))
+
+
+def test_tensor_view_shares_memory_without_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
+    a = np.load(path, mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = tensor_view(a[1:3])
+    assert t.data_ptr() == a[1:3].__array_interface__["data"][0]
+    assert torch.equal(t, torch.tensor([[3.0, 4, 5], [6, 7, 8]]))
+
+
+# ------------------------------------------------------------- a host reads its rows only
+
+GUARD = REPO / "tests" / "mapped_rows_guard.py"
+
+
+def _guard(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, str(GUARD), str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "lockstep", "fedmchain"])
+def test_a_host_reads_only_its_own_devices_rows(tmp_path: Path, mode: str) -> None:
+    """Every page of the mapped inputs outside the rows of a host's devices is made unreadable
+    (mprotect); the host is built, trains several rounds and evaluates its devices. Reading any
+    other row would kill the process with SIGSEGV."""
+    proc = _guard(tmp_path, mode)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "trained" in proc.stdout and "evaluated" in proc.stdout
+
+
+def test_the_guard_catches_a_read_outside_the_rows(tmp_path: Path) -> None:
+    """The control: the same guard kills a process that reads a row of another host."""
+    proc = _guard(tmp_path, "sequential", "--read-outside")
+    assert proc.returncode == -signal.SIGSEGV, proc.stdout[-2000:] + proc.stderr[-2000:]
