@@ -3,11 +3,11 @@ every fixed chain order against the adaptive order, and TIDE's fixed score weigh
 adaptive ones.
 
     # every fixed order of the scenario's modalities, and order: adaptive (rule gain)
-    RAYMM_DATA=../shared/data python scenarios/adaptive_table.py order \\
+    RAYMM_DATA=/path/to/data python scenarios/adaptive_table.py order \\
         scenarios/fedmchain_avdigits_imbalanced.yaml --out runs/adaptive/avdigits_imbalanced \\
         --seeds 0 1 2 [--rules gain weakest] [--set key=value ...]
     # fixed against adaptive weights; B = the fixed weights' mean traffic (as TIDE's paper)
-    RAYMM_DATA=../shared/data python scenarios/adaptive_table.py weights \\
+    RAYMM_DATA=/path/to/data python scenarios/adaptive_table.py weights \\
         scenarios/tide_har.yaml --out runs/adaptive/tide_har --seeds 42 123 2024 \\
         --set rounds=300 [--rewards gib seconds] [--target 0.85]
 

@@ -7,7 +7,7 @@ every seed; `--per-round` adds the parameter-averaging baselines at υ = 1 as ex
 cell is mean ± std over seeds; Acc@B is every run's best evaluated accuracy while its traffic
 stayed within B = FedMChain's mean total traffic.
 
-    RAYMM_DATA=../shared/data python scenarios/fedmchain_table.py \\
+    RAYMM_DATA=/path/to/data python scenarios/fedmchain_table.py \\
         scenarios/fedmchain_avdigits_imbalanced.yaml --out runs/avdigits_imbalanced \\
         --seeds 0 1 2 --per-round [--set key=value ...] [--methods fedmchain fedavg ...]
 

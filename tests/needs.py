@@ -27,14 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 #: small real-data subsets kept in the repository (tests/fixtures/data/README.md)
 FIXTURES = REPO / "tests" / "fixtures" / "data"
 
-#: how each full data file is obtained (docs/data.md has the details)
+#: the commands that make each full data file under $RAYMM_DATA (docs/data.md)
 HOW_TO_GET = {
-    "uci_har_hapt_raw_windows.npz": "the HAR windows cut from the HAPT raw release",
-    "fsdd_audio_8k.npz": "the Free Spoken Digit recordings",
-    "mnist_test_28x28.npz": "the MNIST test set",
+    "uci_har_hapt_raw_windows.npz": "raymm data download hapt; raymm data prepare hapt",
+    "fsdd_audio_8k.npz": "raymm data download fsdd; raymm data prepare fsdd",
+    "mnist_test_28x28.npz": "raymm data download mnist; raymm data prepare mnist",
 }
-DATA_HINT = ("`raymm data list` shows where each file is expected and docs/data.md how to "
-             "download and prepare it")
+DATA_HINT = "`raymm data list` shows where each file is expected (docs/data.md)"
 
 LOOPBACK_TOOLS = {"/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client",
                   "ssh-keygen": "openssh-client", "rsync": "rsync", "nc": "netcat-openbsd"}
@@ -54,7 +53,7 @@ def absent(reason: str, variable: str) -> NoReturn:
 def full_data(*names: str) -> Path:
     """The folder `$RAYMM_DATA` when it holds every file in `names`; else a skip (a failure
     under RAYMM_REQUIRE_DATA=1) naming what is missing and how to get it."""
-    files = ", ".join(f"{n} ({HOW_TO_GET[n]})" if n in HOW_TO_GET else n
+    files = ", ".join(f"{n} (`{HOW_TO_GET[n]}`)" if n in HOW_TO_GET else n
                       for n in names) or "the full datasets"
     root = os.environ.get("RAYMM_DATA")
     if not root:

@@ -1,6 +1,6 @@
 """Audio-visual digits: spoken digits (FSDD) paired with handwritten digits (MNIST) by label.
 
-Both sources are real recordings/scans (see $RAYMM_DATA/README.md, sections 2a-2c); they are
+Both sources are real recordings/scans (their origin and licences: docs/data.md); they are
 not paired in the files, so each audio clip gets one image of the same digit, drawn without
 replacement from the stream (seed, SETUP, SERVER, "avdigits_pairs"). One pair per clip: 3000.
 FSDD takes with `index < test_takes` (300 clips at 5) form the pooled test split; the rest

@@ -9,7 +9,7 @@ batch size (no federation):
 and prints mean ± std over seeds of test accuracy. Used to calibrate the `image_noise` knob of
 `scenarios/fedmchain_avdigits_imbalanced.yaml` (target: audio ≥ 85%, vision 45-60%):
 
-    RAYMM_DATA=../shared/data python scenarios/scripts/avdigits_calibration.py \\
+    RAYMM_DATA=/path/to/data python scenarios/scripts/avdigits_calibration.py \\
         scenarios/fedmchain_avdigits_imbalanced.yaml --seeds 0 1 2 [--set dataset.image_noise=1.2]
 """
 
