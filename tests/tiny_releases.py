@@ -1,13 +1,16 @@
-"""Tiny dataset releases in their official layouts (CREMA-D, AVE, CMU-MOSEI), for the converter
-and loader tests, and stand-ins in the prepared layout at the release's real shapes.
+"""Tiny dataset releases in their official layouts (CREMA-D, AVE, CMU-MOSEI; the HAPT raw
+signals, the FSDD recordings, MNIST's idx files), for the converter, download and loader tests,
+and stand-ins in the prepared layout at the release's real shapes.
 
 Importable from every test (pytest puts tests/ on sys.path).
 """
 
 from __future__ import annotations
 
+import gzip
 import pickle
 import wave
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +158,106 @@ def write_standin(name: str, path: Path, n_train: int, n_test: int, groups: int 
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **arrays)
     return path
+
+
+# --------------------------------------------------------------------------- public releases
+
+#: a tiny HAPT raw release: experiment -> (user, samples). Users 1 and 3 train, user 2 tests.
+HAPT_EXPERIMENTS = {1: (1, 700), 2: (2, 400), 3: (3, 300)}
+#: labels.txt rows (experiment, user, activity, start, end), 1-based inclusive: whole windows
+#: come from segments of 128 + 64 k samples; a 127-sample segment gives none; activity 7 (a
+#: postural transition) is dropped; experiment 3 is listed first (the converter sorts by user)
+HAPT_LABELS = [(3, 3, 6, 10, 200), (1, 1, 5, 1, 128), (1, 1, 7, 129, 200), (1, 1, 1, 201, 455),
+               (1, 1, 4, 456, 582), (2, 2, 2, 5, 260), (2, 2, 3, 261, 400)]
+
+
+def hapt_signal(exp: int, sensor: str, n: int) -> np.ndarray:
+    """Distinct values on the sensor's quantisation grid (acc in 1/720 g; gyro in 2^-15 rad/s):
+    sample i of axis a is (1000 e + 10 i + a) steps, negated for gyro."""
+    steps = 1000 * exp + 10 * np.arange(n)[:, None] + np.arange(3)[None, :]
+    return steps / 720.0 if sensor == "acc" else -steps / 2.0**15
+
+
+def hapt_raw(folder: Path, crlf: bool = False) -> Path:
+    """The raw HAPT layout in `folder`: `acc_expXX_userYY.txt`, `gyro_...` (3 numbers a line, as
+    `%.17g`, as the release writes them) and `labels.txt`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    end = "\r\n" if crlf else "\n"
+    for exp, (user, n) in HAPT_EXPERIMENTS.items():
+        for sensor in ("acc", "gyro"):
+            rows = [" ".join(f"{v:.17g}" for v in row) for row in hapt_signal(exp, sensor, n)]
+            (folder / f"{sensor}_exp{exp:02d}_user{user:02d}.txt").write_bytes(
+                (end.join(rows) + end).encode())
+    (folder / "labels.txt").write_bytes(
+        "".join(" ".join(map(str, r)) + end for r in HAPT_LABELS).encode())
+    return folder
+
+
+def pcm_wav(path: Path, samples: np.ndarray, rate: int = 8000, channels: int = 1,
+            width: int = 2) -> Path:
+    """A PCM wav holding `samples` (int16 values; repeated across channels)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = np.repeat(np.asarray(samples, "<i2")[:, None], channels, axis=1)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(data.tobytes() if width == 2 else (data >> 8).astype("i1").tobytes())
+    return path
+
+
+#: (digit, speaker, take, samples) of a tiny FSDD: one recording longer than 1 s (8000 samples)
+FSDD_CLIPS = [(0, "theo", 0, 3000), (1, "theo", 0, 9000), (0, "george", 1, 4000),
+              (0, "george", 0, 5000), (7, "george", 12, 8000), (1, "yweweler", 3, 100)]
+
+
+def fsdd_wave(digit: int, speaker: str, take: int, n: int) -> np.ndarray:
+    rng = np.random.default_rng(100 * digit + 10 * take + len(speaker))
+    return rng.integers(-32768, 32768, n).astype(np.int16)
+
+
+def fsdd_release(root: Path) -> Path:
+    """`root/recordings/{digit}_{speaker}_{take}.wav` (mono 16-bit 8 kHz) and a README beside."""
+    for digit, speaker, take, n in FSDD_CLIPS:
+        pcm_wav(root / "recordings" / f"{digit}_{speaker}_{take}.wav",
+                fsdd_wave(digit, speaker, take, n))
+    (root / "README.md").write_text("tiny FSDD\n")
+    return root
+
+
+def idx_bytes(a: np.ndarray) -> bytes:
+    """`a` (uint8) in the idx format MNIST uses."""
+    head = bytes([0, 0, 8, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape)
+    return head + np.ascontiguousarray(a, np.uint8).tobytes()
+
+
+def mnist_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random images; labels cycle through the ten digits (from `seed`)."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 256, (n, 28, 28)).astype(np.uint8),
+            ((np.arange(n) + seed) % 10).astype(np.uint8))
+
+
+def mnist_release(folder: Path, n_train: int = 12, n_test: int = 30, gz: bool = True) -> Path:
+    """The four MNIST files in `folder` (gzip-compressed as published, or plain as torchvision
+    also leaves them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
+        x, y = mnist_arrays(n, seed)
+        for kind, a in (("images-idx3", x), ("labels-idx1", y)):
+            name = f"{split}-{kind}-ubyte"
+            data = idx_bytes(a)
+            if gz:
+                (folder / f"{name}.gz").write_bytes(gzip.compress(data, mtime=0))
+            else:
+                (folder / name).write_bytes(data)
+    return folder
+
+
+def zip_tree(folder: Path, zpath: Path, top: str = "") -> Path:
+    """Zip every file under `folder`, under the folder name `top` inside the zip."""
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, f"{top}{p.relative_to(folder).as_posix()}")
+    return zpath

@@ -65,20 +65,25 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
     prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
     prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS"),
                       metavar="NAME", help="converter: %(choices)s")
-    prep.add_argument("--from", dest="src", required=True, metavar="PATH",
-                      help="the release: a folder, zip or pickle (see docs/data.md)")
+    prep.add_argument("--from", dest="src", default=None, metavar="PATH",
+                      help="the release: a folder, zip or pickle (see docs/data.md); default: "
+                           "where `raymm data download` puts it under $RAYMM_DATA")
     prep.add_argument("--out", default=None, metavar="FILE",
                       help="output .npz (default: the dataset's file under $RAYMM_DATA)")
     prep.add_argument("--force", action="store_true", help="replace an existing output")
     prep.add_argument("--no-progress", action="store_true", help="no progress bar")
     for flag, kwargs in _OPTIONS:
         prep.add_argument(flag, **kwargs)
-    dl = sub.add_parser("download", help="fetch a public release, checking its SHA-256")
+    dl = sub.add_parser("download", help="fetch a public release from its official source and "
+                                         "verify its checksums")
     dl.add_argument("name", choices=_LazyNames("raymm.data.download", "SOURCES"),
                     metavar="NAME", help="public release: %(choices)s")
     dl.add_argument("--out", default=None, metavar="DIR", help="folder (default: $RAYMM_DATA)")
-    dl.add_argument("--sha256", default=None, help="expected SHA-256 (overrides the registry's)")
-    dl.add_argument("--url", default=None, help="fetch from this mirror instead")
+    dl.add_argument("--sha256", default=None,
+                    help="expected SHA-256 of a one-file release (replaces the pinned one)")
+    dl.add_argument("--url", default=None,
+                    help="fetch from this mirror instead: the file's URL, or a folder URL ending "
+                         "in / that holds the release's files under their official names")
     dl.add_argument("--force", action="store_true", help="download again if the file exists")
     dl.add_argument("--no-progress", action="store_true", help="no progress bar")
     return data
@@ -132,13 +137,19 @@ def list_text() -> str:
             missing = [p for p in files if not p.exists()]
             state = f"{'missing' if missing else 'present'}  {', '.join(map(str, files))}"
         lines.append(f"  {name:<{width}}  {state}")
-    lines.append("releases (raymm data prepare NAME --from PATH [--out FILE]):")
+    lines.append("releases (raymm data prepare NAME [--from PATH] [--out FILE]):")
     for name in sorted(CONVERTERS):
         conv = CONVERTERS[name]
         out = resolve_data_path(conv.default_file)
-        how = (f"; or: raymm data download {name}" if name in SOURCES else "")
+        if conv.source:
+            src = SOURCES[conv.source]
+            rel = src.release_path(data_root())
+            how = (f"release {'downloaded' if src.downloaded(data_root()) else 'not downloaded'}"
+                   f": {rel}; raymm data download {conv.source}")
+        else:
+            how = f"--from {conv.expects}"
         lines.append(f"  {name:<{width}}  {'present' if out.exists() else 'missing'}  {out}"
-                     f"  (--from {conv.expects}{how})")
+                     f"  ({how})")
     return "\n".join(lines)
 
 
@@ -154,20 +165,38 @@ def _prepare(args: argparse.Namespace) -> int:
     shapes = ", ".join(f"{m} {list(s)}" for m, s in res.shapes.items())
     print(f"prepared {args.name}: {res.path} ({sizes}; {shapes}; "
           f"{len(res.class_names)} classes)")
+    if res.differs == ():
+        print("reference: every array equals the file the shipped results were made with "
+              "(pinned SHA-256 of each array)")
+    elif res.differs:
+        print(f"reference: differs from the file the shipped results were made with in "
+              f"{', '.join(res.differs)}: this is not the same release")
     return 0
 
 
 def _download(args: argparse.Namespace) -> int:
     # deferred: `raymm data list` answers without loading every loader's dependencies
-    from raymm.data.download import SOURCES, download
+    from raymm.data.base import data_root
+    from raymm.data.download import download
 
     res = download(args.name, args.out, url=args.url, sha256=args.sha256, force=args.force,
                    progress=_progress(args))
-    verb = "already present" if res.already else "downloaded"
-    print(f"{verb}: {res.path} ({res.size / 2**20:.1f} MiB)")
-    check = "verified" if res.verified else "not verified: no checksum known (pin it with --sha256)"
-    print(f"sha256 {res.sha256} ({check})")
-    conv = SOURCES[args.name].prepare
-    if conv:
-        print(f"next: raymm data prepare {conv} --from {res.path}")
+    for f in res.files:
+        verb = "already present" if f.already else "downloaded"
+        print(f"{verb}: {f.path} ({f.size / 2**20:.1f} MiB)")
+        if f.verified == "sha256":
+            check = "verified: the pinned SHA-256"
+        elif f.verified == "contents":
+            n = res.source.contents.count if res.source.contents else 0
+            check = f"verified: the {n} files it must contain match their pinned SHA-256s"
+        else:
+            check = "not verified: no checksum known (pin it with --sha256)"
+        print(f"  sha256 {f.sha256} ({check})")
+        if f.note:
+            print(f"  note: {f.note}")
+    print(f"licence: {res.source.licence} (docs/data.md)")
+    default = res.source.release_path(data_root())
+    where = "" if res.path.resolve() == default.resolve() else f" --from {res.path}"
+    for conv in res.source.prepare:
+        print(f"next: raymm data prepare {conv}{where}")
     return 0

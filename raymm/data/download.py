@@ -1,59 +1,216 @@
-"""Downloads of datasets with a public URL, checksummed and written atomically.
+"""`raymm data download`: public releases fetched from their official source and verified.
 
-The file is streamed to a hidden temp name beside its destination while its SHA-256 is
-computed, checked against the known (or given) checksum, and only then renamed; a failed,
-mismatched or interrupted download leaves nothing behind. Network and HTTP failures are
-`DataError`s with one line of explanation.
+Every file of a release is streamed to a hidden `.part` file beside its destination while its
+SHA-256 (and MD5, where a published one exists) is computed. Only when every file of the release
+has arrived whole and passed its checks are they renamed into place; a cut connection, an HTTP
+error or a checksum mismatch deletes every temp file and raises one `DataError` line, so a
+failed download leaves nothing behind.
+
+What is checked, in this order of preference:
+- the SHA-256 of the file itself, where it is known (`Remote.sha256`);
+- for an archive whose own bytes cannot be pinned (GitHub builds its zips on request, and a
+  repository may re-pack one), the files it must contain (`Contents`): their count and the
+  SHA-256 of a manifest of their SHA-256s. An archive that differs from its pinned SHA-256 is
+  still accepted when every file it must contain matches; the result says so.
+A file that passes none of the checks is refused. One with no checksum at all is accepted and
+reported as not verified (only possible with `--url` pointing at an unknown file and no
+`--sha256`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import os
 import re
+import tempfile
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from raymm.data.base import data_root
 from raymm.errors import DataError, RaymmError
-from raymm.io.atomic import atomic_output
+
+
+@dataclass(frozen=True)
+class Remote:
+    """One file of a release: saved as `filename`, fetched from the first of `urls` that
+    delivers it whole and correct."""
+
+    filename: str
+    urls: tuple[str, ...]
+    sha256: str | None = None
+    md5: str | None = None          # a second published checksum (torchvision's, for MNIST)
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Contents:
+    """The files an archive must hold, for an archive whose own bytes cannot be pinned.
+
+    Members whose base name matches `pattern` (a full match) are the release. There must be
+    `count` of them, in one folder of the archive (or of a zip inside it), and
+    `manifest_sha256(...)` of their bytes must equal `sha256`. With `text`, CRLF line ends are
+    read as LF before hashing, so a copy that only changed line ends still matches.
+    """
+
+    pattern: str
+    count: int
+    sha256: str
+    text: bool = False
+    what: str = ""          # the files in words, for messages
 
 
 @dataclass(frozen=True)
 class Source:
-    """A downloadable release. `sha256` is None where no trusted checksum is recorded here;
-    `prepare` names the converter that turns the file into what raymm reads."""
+    """A public release raymm can download. `prepare` names the converters that read it (the
+    first is the one `raymm data prepare NAME` means)."""
 
     name: str
-    url: str
-    filename: str
-    sha256: str | None = None
-    prepare: str | None = None
+    title: str
+    homepage: str
+    licence: str
+    files: tuple[Remote, ...]
+    prepare: tuple[str, ...]
+    contents: Contents | None = None
+    #: where the file URLs come from at download time: each mirror + the file's name
+    mirrors: Callable[[], tuple[str, ...]] | None = None
 
+    def release_path(self, folder: Path) -> Path:
+        """What `raymm data prepare --from` takes: the file itself when the release is one file,
+        else the folder holding its files."""
+        return folder / self.files[0].filename if len(self.files) == 1 else folder
+
+    def downloaded(self, folder: Path) -> bool:
+        """Whether every file of the release is in `folder` (not whether it is intact)."""
+        return all((folder / f.filename).is_file() for f in self.files)
+
+
+def torchvision_mnist_mirrors() -> tuple[str, ...]:
+    """The MNIST mirrors torchvision's downloader uses (it keeps them current)."""
+    # deferred: torchvision pulls in torch; only `download mnist` asks for its mirror list
+    from torchvision.datasets import MNIST
+
+    return tuple(MNIST.mirrors)
+
+
+# MNIST's gz files: the MD5s torchvision checks, and their SHA-256s. The t10k pair and the
+# training labels were hashed here from copies with the canonical MD5; the training images'
+# SHA-256 is the value published for that file by many independent projects (it agrees with
+# the published size, 9,912,422 bytes, and torchvision's MD5 is checked as well).
+_MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+_MNIST_SHA256 = {  # name: (sha256, bytes)
+    "train-images-idx3-ubyte.gz":
+        ("440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609", 9912422),
+    "train-labels-idx1-ubyte.gz":
+        ("3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c", 28881),
+    "t10k-images-idx3-ubyte.gz":
+        ("8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6", 1648877),
+    "t10k-labels-idx1-ubyte.gz":
+        ("f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6", 4542),
+}
+
+FSDD_COMMIT = "26eb9aaf76e81b692f806f9140c2d2777410d7a1"
 
 SOURCES: dict[str, Source] = {
+    "hapt": Source(
+        name="hapt",
+        title="Smartphone-Based Recognition of Human Activities and Postural Transitions "
+              "(HAPT) v2.1, UCI ML Repository dataset 341",
+        homepage="https://archive.ics.uci.edu/dataset/341",
+        licence="its README: cite Reyes-Ortiz et al., Neurocomputing 2015; no commercial use "
+                "(UCI's page is quoted as CC BY 4.0)",
+        files=(Remote(
+            "hapt_dataset.zip",
+            ("https://archive.ics.uci.edu/static/public/341/"
+             "smartphone+based+recognition+of+human+activities+and+postural+transitions.zip",),
+            sha256="4ac4ae064227c07045a99551876b54d204837e995e298b6488559e209b3deb09",
+            size=79596192),),
+        # the raw signals and labels.txt: 61 acc_expXX_userYY.txt, 61 gyro_..., labels.txt
+        contents=Contents(r"(acc|gyro)_exp\d+_user\d+\.txt|labels\.txt", 123,
+                          "d9663d7b5986309dc93ac8efa3d4fd80a7f2a3db0b18e6e7a6b8ade2abbac69b",
+                          text=True, what="acc_expXX_userYY.txt, gyro_expXX_userYY.txt, "
+                                          "labels.txt"),
+        prepare=("hapt",),
+    ),
+    "fsdd": Source(
+        name="fsdd",
+        title=f"Free Spoken Digit Dataset, GitHub Jakobovski/free-spoken-digit-dataset at "
+              f"commit {FSDD_COMMIT[:7]}",
+        homepage="https://github.com/Jakobovski/free-spoken-digit-dataset",
+        licence="CC BY-SA 4.0 (its README); cite Jackson et al., Free Spoken Digit Dataset, "
+                "Zenodo",
+        files=(Remote(
+            f"free-spoken-digit-dataset-{FSDD_COMMIT[:7]}.zip",
+            (f"https://github.com/Jakobovski/free-spoken-digit-dataset/archive/"
+             f"{FSDD_COMMIT}.zip",)),),
+        # the 3000 recordings/{digit}_{speaker}_{take}.wav
+        contents=Contents(r"\d_[a-z]+_\d+\.wav", 3000,
+                          "1801eae019c063377d98f831d3f93574f259475df7332bb0e3d1b080fb5e6959",
+                          what="recordings/{digit}_{speaker}_{take}.wav"),
+        prepare=("fsdd",),
+    ),
     "uci-har": Source(
         name="uci-har",
-        url="https://archive.ics.uci.edu/static/public/240/"
-            "human+activity+recognition+using+smartphones.zip",
-        filename="uci_har_dataset.zip",
-        sha256=None,  # not recorded: the computed one is printed so a user can pin it
-        prepare="uci-har",
+        title="Human Activity Recognition Using Smartphones (UCI-HAR) v1, UCI ML Repository "
+              "dataset 240",
+        homepage="https://archive.ics.uci.edu/dataset/240",
+        licence="its README: cite Anguita et al., ESANN 2013; no commercial use (UCI's page "
+                "is quoted as CC BY 4.0)",
+        files=(Remote(
+            "uci_har_dataset.zip",
+            ("https://archive.ics.uci.edu/static/public/240/"
+             "human+activity+recognition+using+smartphones.zip",),
+            sha256="c00b803081a5c797cd5e4b83700a9810b38d53d9d84e01917e090e1fdbc81031",
+            size=61005872),),
+        prepare=("uci-har",),
     ),
 }
 
 
+# torchvision 0.24's mirrors; at download time torchvision's current list replaces them
+_MNIST_MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+                  "http://yann.lecun.com/exdb/mnist/")
+SOURCES["mnist"] = Source(
+    name="mnist",
+    title="MNIST handwritten digits: the four idx files, from torchvision's MNIST mirrors",
+    homepage="https://yann.lecun.com/exdb/mnist/",
+    licence="no licence file; commonly cited as CC BY-SA 3.0; cite LeCun et al., Proc. IEEE "
+            "1998",
+    files=tuple(Remote(name, tuple(m + name for m in _MNIST_MIRRORS), sha, _MNIST_MD5[name], size)
+                for name, (sha, size) in _MNIST_SHA256.items()),
+    prepare=("mnist", "mnist-train"),
+    mirrors=torchvision_mnist_mirrors,
+)
+
+
 @dataclass(frozen=True)
-class Downloaded:
+class FileResult:
     path: Path
     sha256: str
     size: int
-    verified: bool       # a checksum was known and matched
-    already: bool        # the file was there already; nothing was fetched
+    verified: str | None     # "sha256", "contents" or None (no checksum known)
+    already: bool            # the file was there already; nothing was fetched
+    note: str = ""           # e.g. why an archive with another SHA-256 was accepted
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    source: Source
+    path: Path                                  # what `prepare --from` takes
+    files: tuple[FileResult, ...] = field(default=())
 
 
 def sha256_file(path: Path) -> str:
@@ -62,6 +219,17 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def manifest_sha256(members: Iterable[tuple[str, bytes]], text: bool = False) -> str:
+    """SHA-256 of the lines `<sha256 of the bytes>  <name>`, sorted by name, one per member
+    (CRLF read as LF first with `text`): one checksum that pins many files."""
+    lines = []
+    for name, data in members:
+        if text:
+            data = data.replace(b"\r\n", b"\n")
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
+    return hashlib.sha256("".join(sorted(lines, key=lambda s: s[66:])).encode()).hexdigest()
 
 
 def _normalize_sha(value: str | None) -> str | None:
@@ -76,38 +244,194 @@ def _normalize_sha(value: str | None) -> str | None:
 def download(name: str, out_dir: str | os.PathLike[str] | None = None, *, url: str | None = None,
              sha256: str | None = None, force: bool = False, progress: bool = True,
              timeout: float = 60.0) -> Downloaded:
-    """Fetch source `name` into `out_dir` (default `$RAYMM_DATA`).
+    """Fetch release `name` into `out_dir` (default `$RAYMM_DATA`) and verify it.
 
-    `url` overrides the registry's (a mirror); `sha256` overrides its checksum. An existing
-    file is kept (and checked when a checksum is known) unless `force`.
+    `url` fetches from a mirror: a URL ending in `/` is a folder holding the files under their
+    official names, any other URL is the file itself (one-file releases only). `sha256`
+    replaces the pinned checksum of a one-file release. Files already present are checked and
+    kept unless `force`.
     """
     if name not in SOURCES:
-        raise RaymmError(f"download: no public URL known for {name!r}; downloadable: "
+        raise RaymmError(f"download: no public source known for {name!r}; downloadable: "
                          f"{', '.join(sorted(SOURCES))}")
     src = SOURCES[name]
-    expected = _normalize_sha(sha256) or src.sha256
+    expected = _normalize_sha(sha256)
+    if len(src.files) > 1:
+        if expected:
+            raise RaymmError(f"download {name}: --sha256 applies to a one-file release; {name} "
+                             f"has {len(src.files)} files, each with its own pinned checksum")
+        if url and not url.endswith("/"):
+            raise RaymmError(f"download {name}: --url must be a folder URL ending in '/' "
+                             f"({name} has {len(src.files)} files, fetched by their names)")
     folder = Path(out_dir).expanduser() if out_dir is not None else data_root()
-    dest = folder / src.filename
-    if dest.exists() and not force:
-        digest = sha256_file(dest)
-        if expected and digest != expected:
-            raise DataError(f"{dest} exists but its sha256 is {digest}, expected {expected}; "
-                            f"pass --force to download it again")
-        return Downloaded(dest, digest, dest.stat().st_size, bool(expected), already=True)
-    with atomic_output(dest) as f:
-        digest, size = _fetch(url or src.url, f, progress, timeout, name)
-        if expected and digest != expected:  # raised inside: the temp file is deleted
-            raise DataError(f"download {name}: sha256 mismatch: got {digest}, expected "
-                            f"{expected}; nothing was written")
-    return Downloaded(dest, digest, size, bool(expected), already=False)
+    mirrors = None
+    if src.mirrors and not url:
+        try:
+            mirrors = src.mirrors()
+        except ImportError:  # without torchvision, the mirrors pinned here
+            mirrors = None
+    plan = []
+    for remote in src.files:
+        urls = tuple(m + _remote_name(remote) for m in mirrors) if mirrors else remote.urls
+        if url:
+            urls = (url + _remote_name(remote),) if url.endswith("/") else (url,)
+        plan.append((remote, urls))
+
+    results: dict[str, FileResult] = {}
+    staged: list[tuple[Path, Path]] = []   # (temp, destination)
+    with ExitStack() as cleanup:
+        cleanup.callback(_remove, staged)
+        for remote, urls in plan:
+            dest = folder / remote.filename
+            if dest.exists() and not force:
+                results[remote.filename] = _check_present(src, remote, dest, expected)
+                continue
+            tmp = _staging(dest)
+            staged.append((tmp, dest))
+            results[remote.filename] = _fetch_verified(src, remote, urls, tmp, dest, expected,
+                                                       progress, timeout)
+        for tmp, dest in staged:  # every file arrived and passed: now they may appear
+            os.replace(tmp, dest)
+        staged.clear()
+    return Downloaded(src, src.release_path(folder),
+                      tuple(results[r.filename] for r in src.files))
 
 
-def _fetch(url: str, f: BinaryIO, progress: bool, timeout: float, desc: str) -> tuple[str, int]:
-    """Stream `url` into `f` with a tqdm bar; returns (sha256, bytes)."""
+def _remote_name(remote: Remote) -> str:
+    return remote.urls[0].rsplit("/", 1)[-1] if remote.urls else remote.filename
+
+
+def _staging(dest: Path) -> Path:
+    """A hidden, empty temp file beside `dest` (same folder, so the rename is atomic), with the
+    mode any new file gets (mkstemp makes it 0600)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        mask = os.umask(0o22)  # the only way to read the umask is to set it
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+    finally:
+        os.close(fd)
+    return Path(tmp)
+
+
+def _remove(staged: list[tuple[Path, Path]]) -> None:
+    for tmp, _ in staged:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_present(src: Source, remote: Remote, dest: Path, expected: str | None) -> FileResult:
+    digest = sha256_file(dest)
+    try:
+        verified, note = _verify(src, remote, dest, digest, expected)
+    except DataError as e:
+        raise DataError(f"{dest} exists but {e}; pass --force to download it again") from None
+    return FileResult(dest, digest, dest.stat().st_size, verified, already=True, note=note)
+
+
+def _fetch_verified(src: Source, remote: Remote, urls: tuple[str, ...], tmp: Path, dest: Path,
+                    expected: str | None, progress: bool, timeout: float) -> FileResult:
+    """Try each URL in turn until one delivers a file that passes `_verify`."""
+    failures = []
+    for u in urls:
+        try:
+            with open(tmp, "wb") as f:
+                digest, md5, size = _fetch(u, f, progress, timeout, f"{src.name} {remote.filename}")
+            verified, note = _verify(src, remote, tmp, digest, expected)
+            if remote.md5 and md5 != remote.md5 and not expected:  # torchvision's own check
+                raise DataError(f"md5 mismatch: got {md5}, expected {remote.md5}")
+            return FileResult(dest, digest, size, verified, already=False, note=note)
+        except DataError as e:
+            failures.append((u, str(e)))
+    what = f"download {src.name}"
+    if len(failures) == 1:
+        u, why = failures[0]
+        raise DataError(f"{what}: {u}: {why}; nothing was written")
+    tried = "; ".join(f"{u}: {why}" for u, why in failures)
+    raise DataError(f"{what}: {remote.filename}: every mirror failed ({tried}); "
+                    f"nothing was written")
+
+
+def _verify(src: Source, remote: Remote, path: Path, digest: str,
+            expected: str | None) -> tuple[str | None, str]:
+    """("sha256" | "contents" | None, note), or a DataError saying what does not match."""
+    want = expected or remote.sha256
+    if want and digest == want:
+        return "sha256", ""
+    if expected:  # the user's own checksum is not second-guessed
+        raise DataError(f"sha256 mismatch: got {digest}, expected {expected}")
+    if src.contents is not None:
+        problem = contents_problem(path, src.contents)
+        if problem:
+            got = f"its sha256 is {digest}, not the pinned {want}, and " if want else ""
+            raise DataError(f"{got}{problem}")
+        note = (f"the archive's sha256 differs from the pinned {want}, but the "
+                f"{src.contents.count} files it must contain all match") if want else ""
+        return "contents", note
+    if want:
+        raise DataError(f"sha256 mismatch: got {digest}, expected {want}")
+    return None, ""
+
+
+def contents_problem(path: Path, contents: Contents) -> str | None:
+    """None when the archive at `path` holds exactly the pinned files, else what is wrong."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = _release_members(zf, contents)
+            if members is None:
+                inner = [n for n in zf.namelist() if n.lower().endswith(".zip")
+                         and not n.startswith("__MACOSX")]
+                if len(inner) == 1:
+                    with zipfile.ZipFile(io.BytesIO(zf.read(inner[0]))) as nested:
+                        members = _release_members(nested, contents)
+            if members is None:
+                return (f"it holds none of the {contents.count} files the release must contain "
+                        f"({contents.what or contents.pattern})")
+            folder, found = members
+            if len(found) != contents.count:
+                return (f"it holds {len(found)} of the {contents.count} files the release must "
+                        f"contain (in {folder or 'its top level'})")
+            digest = manifest_sha256(found, contents.text)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as e:
+        return f"it is not a readable zip ({type(e).__name__}: {e})"
+    if digest != contents.sha256:
+        return (f"its {contents.count} files differ from the pinned release (manifest sha256 "
+                f"{digest}, expected {contents.sha256})")
+    return None
+
+
+def _release_members(zf: zipfile.ZipFile,
+                     contents: Contents) -> tuple[str, list[tuple[str, bytes]]] | None:
+    """The folder with the most matching members and those members, or None."""
+    pattern = re.compile(contents.pattern)
+    by_folder: dict[str, list[str]] = {}
+    for n in zf.namelist():
+        if n.startswith("__MACOSX") or n.endswith("/"):
+            continue
+        folder, _, base = n.rpartition("/")
+        if pattern.fullmatch(base):
+            by_folder.setdefault(folder, []).append(n)
+    if not by_folder:
+        return None
+    folder = max(by_folder, key=lambda k: len(by_folder[k]))
+    return folder, list(_read_all(zf, by_folder[folder]))
+
+
+def _read_all(zf: zipfile.ZipFile, names: list[str]) -> Iterator[tuple[str, bytes]]:
+    for n in names:
+        yield n.rpartition("/")[2], zf.read(n)
+
+
+def _fetch(url: str, f: BinaryIO, progress: bool, timeout: float,
+           desc: str) -> tuple[str, str, int]:
+    """Stream `url` into `f` with a tqdm bar; returns (sha256, md5, bytes). A DataError
+    (without the URL, which the caller adds) for an HTTP or network failure and for a body
+    shorter than the Content-Length the server announced."""
     # deferred: the bar is drawn only with progress on
     from tqdm import tqdm
 
-    h, n = hashlib.sha256(), 0
+    h, m, n = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
+    total = None
     req = urllib.request.Request(url, headers={"User-Agent": "raymm"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -118,14 +442,17 @@ def _fetch(url: str, f: BinaryIO, progress: bool, timeout: float, desc: str) -> 
                 while chunk := resp.read(1 << 20):
                     f.write(chunk)
                     h.update(chunk)
+                    m.update(chunk)
                     n += len(chunk)
                     bar.update(len(chunk))
     except urllib.error.HTTPError as e:
-        raise DataError(f"download {desc}: {url}: HTTP {e.code} {e.reason}") from None
+        raise DataError(f"HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
-        raise DataError(f"download {desc}: {url}: {e.reason}") from None
+        raise DataError(f"{e.reason}") from None
+    except http.client.IncompleteRead as e:
+        raise DataError(f"connection cut after {n + len(e.partial)} of {total} bytes") from None
     except (OSError, http.client.HTTPException, ValueError) as e:
-        raise DataError(f"download {desc}: {url}: {type(e).__name__}: {e}") from None
+        raise DataError(f"{type(e).__name__}: {e}") from None
     if total is not None and n != total:
-        raise DataError(f"download {desc}: {url}: got {n} of {total} bytes (connection cut)")
-    return h.hexdigest(), n
+        raise DataError(f"connection cut after {n} of {total} bytes")
+    return h.hexdigest(), m.hexdigest(), n

@@ -8,14 +8,22 @@ name the path, never a numpy/zip/PIL traceback.
 Output layouts (all arrays plain numpy, strings fixed-width unicode, so no `allow_pickle`):
 - `uci-har`: the layout `raymm/data/har.py` reads: `{train,test}_{acc,gyro}` `[n, 128, 3]`,
   `{train,test}_{y,subject}`, `class_names`, `sample_rate_hz`.
+- `hapt`, `fsdd`, `mnist`, `mnist-train`: the files the HAR and audio-visual digits scenarios
+  read, reproduced array for array (`REFERENCE` pins a SHA-256 of every array of the files the
+  shipped results were made with; `prepare` says whether the output equals them).
 - the others: `sensors`, `class_names`, `splits`, and per split `S`: `S_<sensor>` float32,
   `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id` (clip ids);
   the datasets `crema_d`, `ave` and `cmu_mosei` (raymm/data/release.py) read it.
-Every file also carries `meta_json`: source, options and the rules used (JSON text).
+Every file but the four reproduced ones also carries `meta_json`: source, options and the rules
+used (JSON text).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import gzip
+import hashlib
 import inspect
 import io
 import json
@@ -26,6 +34,7 @@ import re
 import shutil
 import tempfile
 import warnings
+import wave
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -36,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from raymm.data import har
-from raymm.data.base import resolve_data_path
+from raymm.data import avdigits, har
+from raymm.data.base import data_root, resolve_data_path
+from raymm.data.download import SOURCES
 from raymm.errors import DataError, RaymmError
 from raymm.io.atomic import atomic_output
 from raymm.io.paths import special_file_problem
@@ -53,6 +63,7 @@ class Converter:
     default_file: str
     expects: str
     fn: Callable[..., Arrays]
+    source: str | None = None   # the download (`SOURCES`) read when `--from` is not given
 
     def options(self) -> tuple[str, ...]:
         params = inspect.signature(self.fn).parameters
@@ -65,26 +76,31 @@ class PrepareResult:
     sizes: dict[str, int]                 # split -> samples
     shapes: dict[str, tuple[int, ...]]    # sensor -> per-sample shape
     class_names: tuple[str, ...]
+    #: arrays that differ from `REFERENCE` (empty: identical); None when there is no reference
+    differs: tuple[str, ...] | None = None
 
 
 CONVERTERS: dict[str, Converter] = {}
 
 
-def _converter(name: str, default_file: str, expects: str) -> Callable:
+def _converter(name: str, default_file: str, expects: str,
+               source: str | None = None) -> Callable:
     def deco(fn: Callable[..., Arrays]) -> Callable[..., Arrays]:
-        CONVERTERS[name] = Converter(name, default_file, expects, fn)
+        CONVERTERS[name] = Converter(name, default_file, expects, fn, source)
         return fn
 
     return deco
 
 
-def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-            *, force: bool = False, progress: bool = False, **options: Any) -> PrepareResult:
+def prepare(name: str, src: str | os.PathLike[str] | None = None,
+            out: str | os.PathLike[str] | None = None, *, force: bool = False,
+            progress: bool = False, **options: Any) -> PrepareResult:
     """Convert the release at `src` with converter `name` and write it atomically.
 
-    `out` defaults to the converter's file under `$RAYMM_DATA`; an existing folder gets that
-    file name inside it. An existing output is kept unless `force`. Options a converter does not
-    take are a `RaymmError` (not silently ignored).
+    `src` defaults to where `raymm data download` puts the release under `$RAYMM_DATA` (for
+    the converters that have a download). `out` defaults to the converter's file under
+    `$RAYMM_DATA`; an existing folder gets that file name inside it. An existing output is kept
+    unless `force`. Options a converter does not take are a `RaymmError` (not silently ignored).
     """
     if name not in CONVERTERS:
         raise RaymmError(f"prepare: unknown dataset {name!r}; choose one of: "
@@ -95,7 +111,20 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
         flags = ", ".join("--" + o.replace("_", "-") for o in unknown)
         takes = ", ".join("--" + o.replace("_", "-") for o in conv.options()) or "no options"
         raise RaymmError(f"prepare {name}: {flags} does not apply; it takes {takes}")
-    source = Path(src).expanduser()
+    if src is None:
+        if conv.source is None:
+            raise RaymmError(f"prepare {name}: --from is required ({name} has no download; "
+                             f"give {conv.expects})")
+        release = SOURCES[conv.source]
+        source = release.release_path(data_root())
+        missing = [data_root() / f.filename for f in release.files
+                   if not (data_root() / f.filename).is_file()]
+        if missing:
+            more = f" (and {len(missing) - 1} more of its files)" if len(missing) > 1 else ""
+            raise DataError(f"prepare {name}: {missing[0]} not found{more}; fetch it with "
+                            f"`raymm data download {conv.source}`, or give the release with "
+                            f"--from")
+    source = Path(src).expanduser() if src is not None else source
     if not source.exists():
         raise DataError(f"prepare {name}: --from path not found: {source} "
                         f"(expected {conv.expects})")
@@ -110,7 +139,61 @@ def prepare(name: str, src: str | os.PathLike[str], out: str | os.PathLike[str] 
         raise DataError(f"prepare {name}: {dest} already exists; pass --force to replace it")
     arrays = conv.fn(source, progress=progress, **options)
     write_npz_atomic(dest, arrays)
-    return _summarize(dest, arrays)
+    res = _summarize(dest, arrays)
+    ref = REFERENCE.get(name)
+    if ref is None:
+        return res
+    differs = tuple(k for k in sorted(set(ref) | set(arrays))
+                    if k not in ref or k not in arrays or array_sha256(arrays[k]) != ref[k])
+    return dataclasses.replace(res, differs=differs)
+
+
+def array_sha256(a: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and little-endian C-order bytes."""
+    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+#: `array_sha256` of every array of the files the shipped HAR and audio-visual digits results
+#: were made with (`uci_har_hapt_raw_windows.npz`, `fsdd_audio_8k.npz`, `mnist_test_28x28.npz`)
+#: and of MNIST's exact training images and labels: `prepare` reports whether it reproduced them
+REFERENCE: dict[str, dict[str, str]] = {
+    "hapt": {
+        "train_acc": "80b37d4711ab68806d8c64dca414ff8d699d53d5326b537394e4f111368d319f",
+        "train_gyro": "25e17c80093648e0c8e3ac34bdd4a26618568b559067f11abcbcc1fb6c266ba8",
+        "train_y": "bd0d6650fe6307e2da34de55d0a44380f69dd79f420a97e7fc8c459c8ae30c9b",
+        "train_subject": "d75224caf832761f93eece4cf2f71638e9cb2b1976adc00d367c38e773392097",
+        "train_exp": "0307571d68dc9f27d8c38132b96282078fbeb372ad3e6a2a87afdba8acb8bb93",
+        "train_start": "95c533753fde9cdbc46b2e533343bab35fe272a59aee383c9efe3aad122c628f",
+        "test_acc": "3f7858d298eaa0a77d8db53249fffef084a0ca48ec2ce43b87602cdddb4890e9",
+        "test_gyro": "beeef47ec9ddec66abacbc92c28f1ab16e57fa561a896a5400ce0259f32a55bc",
+        "test_y": "51556a84e1636bdaea0cb6854b3f9d87b4566ecfdf00288c0844f54ac4a64e66",
+        "test_subject": "9fd7cec837d7f5db2baf6506b10a705189e56214286512a3adade8a26d9a5250",
+        "test_exp": "414f33d3d3438dae83362aec77f057dcc9ed057a570b2b7b3cff8fdc264d1728",
+        "test_start": "69db6ebc7dc0c6baeddeb4643713f5b5c5919c502761c9c4a971cb73601b97a1",
+        "class_names": "32f32c5740361cb9ad01a7c1facab0e3e899214a637bff5b1c8aa39cb0b0d49f",
+        "sample_rate_hz": "a06710b568fdf6b9432a5de9236574d4b349364ae33009edf55b928d51b9493b",
+    },
+    "fsdd": {
+        "audio": "0d4be29c4276d1401483123574fde0df9e3cf223f6a683ab50a2d0f36ef54034",
+        "label": "605251a047dfc237312967e2794b925bfc68d3191aaa759e11472cac80edea20",
+        "speaker": "6f57f88df0c49cfc5cd4aea39f33d5a99bd65f0ef72e89830f9ebd7c383d01f2",
+        "speaker_names": "c58b4d7c91a1bf6abf4b4b328b53611773b40ca1ef1e0203d08022ca8fa8e35b",
+        "index": "a2949d749a25de72ef58967d3f0a5889ba0743b795c60ff4615bf59a5d1f3bc8",
+        "orig_length": "641a2bbc667c1df91e1ced9dfc93631a05b9327893a33c3594357f56af41df4c",
+        "sample_rate": "b7c3a403d37be2cfade0e3351b801ebb26acc0eef6fd67b31e27ce9635fb20c0",
+    },
+    "mnist": {
+        "x": "fbf9701b11f5659e6366884b0bbf01ea129fb049e3239251eddb226ada72239e",
+        "y": "bc4f9655c228502ea84fb679f1b5c618ad81c0ca308f62e8b89621010716f3d7",
+    },
+    "mnist-train": {
+        "x": "157fe16da1dbced4a1376f4be5df2d665d51d11177dcaf7aa4848b1ff033343f",
+        "y": "709bf8e34a5eecad0ba9e319b1d154e9069f3e5492f2bb65e5da9a7ce1e406b2",
+    },
+}
 
 
 def write_npz_atomic(path: Path, arrays: Arrays) -> None:
@@ -122,6 +205,13 @@ def write_npz_atomic(path: Path, arrays: Arrays) -> None:
 
 
 def _summarize(path: Path, arrays: Arrays) -> PrepareResult:
+    digits = tuple(str(d) for d in range(10))
+    if "speaker" in arrays:  # fsdd
+        return PrepareResult(path, {"recordings": int(arrays["label"].shape[0])},
+                             {"audio": tuple(arrays["audio"].shape[1:])}, digits)
+    if "x" in arrays:  # mnist
+        return PrepareResult(path, {"images": int(arrays["y"].shape[0])},
+                             {"visual": tuple(arrays["x"].shape[1:])}, digits)
     if "splits" in arrays:
         splits = [str(s) for s in arrays["splits"]]
         sensors = [str(s) for s in arrays["sensors"]]
@@ -177,11 +267,83 @@ def _check_range(name: str, value: float, lo: float, hi: float = math.inf) -> No
         raise RaymmError(f"prepare: --{name.replace('_', '-')} must be {bound}, got {value}")
 
 
-def _progress(items: Sequence, progress: bool, desc: str) -> Iterator:
+def _progress(items: Sequence, progress: bool, desc: str, unit: str = "clip") -> Iterator:
     # deferred: the bar is drawn only with progress on
     from tqdm import tqdm
 
-    return iter(tqdm(items, desc=desc, unit="clip", disable=not progress, leave=False))
+    return iter(tqdm(items, desc=desc, unit=unit, disable=not progress, leave=False))
+
+
+# --------------------------------------------------------------------------- releases as files
+
+Reader = Callable[[], bytes]
+
+
+@contextmanager
+def _release_files(src: Path, pattern: str, what: str) -> Iterator[tuple[str, dict[str, Reader]]]:
+    """The files of a release whose base names match `pattern`, from a folder (searched below
+    it, hidden folders skipped) or a zip (a zip inside the zip too): `(where, {name: read})`.
+
+    They must lie in one folder: the one holding the most of them is taken, and two folders
+    holding as many is an error (which copy was meant is not guessed).
+    """
+    rx = re.compile(pattern)
+    if src.is_dir():
+        found: dict[str, dict[str, Reader]] = {}
+        for root, dirs, files in os.walk(src):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            hits = {f: Path(root, f).read_bytes for f in files if rx.fullmatch(f)}
+            if hits:
+                found[root] = hits
+        yield _one_folder(found, "", src, what)
+        return
+    try:
+        with zipfile.ZipFile(src) as zf:
+            found = _zip_found(zf, rx)
+            inner = [n for n in zf.namelist() if n.lower().endswith(".zip")
+                     and not n.startswith("__MACOSX")]
+            if not found and len(inner) == 1:
+                with zipfile.ZipFile(io.BytesIO(zf.read(inner[0]))) as nested:
+                    found = _zip_found(nested, rx)
+                    yield _one_folder(found, f"{src}:{inner[0]}:", src, what)
+                    return
+            yield _one_folder(found, f"{src}:", src, what)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise DataError(f"{src}: unreadable zip ({type(e).__name__}: {e})") from e
+
+
+def _zip_found(zf: zipfile.ZipFile, rx: re.Pattern) -> dict[str, dict[str, Reader]]:
+    found: dict[str, dict[str, Reader]] = {}
+    for n in zf.namelist():
+        folder, _, base = n.rpartition("/")
+        if not n.startswith("__MACOSX") and rx.fullmatch(base):
+            found.setdefault(folder, {})[base] = functools.partial(zf.read, n)
+    return found
+
+
+def _one_folder(found: dict[str, dict[str, Reader]], prefix: str, src: Path,
+                what: str) -> tuple[str, dict[str, Reader]]:
+    """`(prefix + folder, files)` of the folder holding most of the files."""
+    if not found:
+        raise DataError(f"{src}: no {what} files in it (expected {CONVERTERS[what].expects})")
+    ranked = sorted(found, key=lambda k: -len(found[k]))
+    if len(ranked) > 1 and len(found[ranked[0]]) == len(found[ranked[1]]):
+        raise DataError(f"{src}: {what} files in more than one folder ({prefix}{ranked[0]} "
+                        f"and {prefix}{ranked[1]}); pass the one to read with --from")
+    return prefix + ranked[0], found[ranked[0]]
+
+
+def _text_table(data: bytes, where: str, dtype: type[np.generic], columns: int) -> np.ndarray:
+    """Whitespace-separated numbers, `columns` per row."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an empty file warns; the shape check reports it
+            a = np.loadtxt(io.BytesIO(data), dtype=dtype, ndmin=2)
+    except ValueError as e:
+        raise DataError(f"{where}: unreadable ({e})") from e
+    if a.shape[0] == 0 or a.shape[1] != columns:
+        raise DataError(f"{where}: expected rows of {columns} numbers, got shape {a.shape}")
+    return a
 
 
 # --------------------------------------------------------------------------- UCI-HAR
@@ -275,7 +437,8 @@ def _uci_arrays(root: Path, shown: str) -> Arrays:
     return out
 
 
-@_converter("uci-har", "uci_har.npz", "the 'UCI HAR Dataset' folder or the official zip")
+@_converter("uci-har", "uci_har.npz", "the 'UCI HAR Dataset' folder or the official zip",
+            source="uci-har")
 def convert_uci_har(src: Path, *, progress: bool = False) -> Arrays:
     """Official UCI-HAR (folder or zip, nested zip too) -> the `har` loader's npz layout."""
     if src.is_dir():
@@ -288,6 +451,135 @@ def convert_uci_har(src: Path, *, progress: bool = False) -> Arrays:
         return _uci_arrays(root, str(root))
     with _uci_zip_root(src) as root:
         return _uci_arrays(root, f"{src}:")
+
+
+# --------------------------------------------------------------------------- HAPT raw release
+
+_HAPT_FILES = r"(acc|gyro)_exp\d+_user\d+\.txt|labels\.txt"
+_HAPT_SIGNAL = re.compile(r"acc_exp(\d+)_user(\d+)\.txt")
+
+
+@_converter("hapt", "uci_har_hapt_raw_windows.npz",
+            "the HAPT raw release: its RawData folder (acc_expXX_userYY.txt, "
+            "gyro_expXX_userYY.txt, labels.txt), a folder above it, or UCI's zip", source="hapt")
+def convert_hapt(src: Path, *, progress: bool = False) -> Arrays:
+    """HAPT v2.1 raw signals -> `uci_har_hapt_raw_windows.npz` (`har.hapt_windows`): 128-sample
+    windows of the raw acc (g) and gyro (rad/s), split by subject as UCI-HAR v1."""
+    with _release_files(src, _HAPT_FILES, "hapt") as (where, files):
+        if "labels.txt" not in files:
+            raise DataError(f"{where}: no labels.txt beside the raw signals")
+        labels = _text_table(files["labels.txt"](), f"{where}/labels.txt", np.int64, 5)
+        acc_names = sorted(n for n in files if _HAPT_SIGNAL.fullmatch(n))
+        orphans = sorted(n for n in files if n.startswith("gyro_")
+                         and "acc" + n[4:] not in files)
+        if orphans:
+            raise DataError(f"{where}: {orphans[0]} has no acc_{orphans[0][5:]} beside it")
+        recordings = {}
+        for name in _progress(acc_names, progress, "hapt", unit="experiment"):
+            m = _HAPT_SIGNAL.fullmatch(name)
+            assert m is not None
+            gyro_name = "gyro" + name[3:]
+            if gyro_name not in files:
+                raise DataError(f"{where}: {name} has no {gyro_name} beside it")
+            # parsed as float64 and rounded once to float32 (what the reference file holds)
+            acc, gyro = (_text_table(files[n](), f"{where}/{n}", np.float64, 3).astype(np.float32)
+                         for n in (name, gyro_name))
+            if acc.shape != gyro.shape:
+                raise DataError(f"{where}: {name} has {acc.shape[0]} samples but {gyro_name} "
+                                f"has {gyro.shape[0]}")
+            if not (np.isfinite(acc).all() and np.isfinite(gyro).all()):
+                raise DataError(f"{where}: {name} or {gyro_name} holds non-finite values")
+            recordings[int(m[1])] = (int(m[2]), acc, gyro)
+    try:
+        return har.hapt_windows(labels, recordings)
+    except DataError as e:
+        raise DataError(f"{where}/{e}") from None
+
+
+# --------------------------------------------------------------------------- FSDD
+
+_FSDD_FILE = re.compile(r"(\d)_([a-z]+)_(\d+)\.wav")
+
+
+def _pcm16_mono(data: bytes, where: str) -> np.ndarray:
+    """A wav that must be mono 16-bit PCM at 8 kHz (every FSDD recording is), as int16."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            params = (w.getnchannels(), w.getsampwidth(), w.getframerate())
+            frames = w.readframes(w.getnframes())
+    except (wave.Error, EOFError) as e:
+        raise DataError(f"{where}: unreadable wav ({e})") from e
+    if params != (1, 2, avdigits.FSDD_RATE):
+        raise DataError(f"{where}: expected mono 16-bit PCM at {avdigits.FSDD_RATE} Hz, got "
+                        f"{params[0]} channel(s), {8 * params[1]}-bit, {params[2]} Hz")
+    if not frames:
+        raise DataError(f"{where}: no samples")
+    return np.frombuffer(frames, "<i2").astype(np.int16)
+
+
+@_converter("fsdd", "fsdd_audio_8k.npz",
+            "the Free Spoken Digit Dataset: its recordings/ folder ({digit}_{speaker}_{take}.wav), "
+            "the repository, or its zip", source="fsdd")
+def convert_fsdd(src: Path, *, progress: bool = False) -> Arrays:
+    """FSDD recordings -> `fsdd_audio_8k.npz` (`avdigits.fsdd_arrays`): int16 waveforms cut or
+    zero-padded to 8000 samples, rows by (speaker, digit, take)."""
+    with _release_files(src, _FSDD_FILE.pattern, "fsdd") as (where, files):
+        clips = []
+        for name in _progress(sorted(files), progress, "fsdd"):
+            m = _FSDD_FILE.fullmatch(name)
+            assert m is not None
+            wave_ = _pcm16_mono(files[name](), f"{where}/{name}")
+            clips.append((m[2], int(m[1]), int(m[3]), wave_))
+    return avdigits.fsdd_arrays(clips)
+
+
+# --------------------------------------------------------------------------- MNIST
+
+_MNIST_FILES = r"(train|t10k)-(images-idx3|labels-idx1)-ubyte(\.gz)?"
+
+
+def _mnist(src: Path, split: str) -> Arrays:
+    """`x` uint8 `[n, 28, 28]` and `y` int64 of MNIST's `split` ("t10k" or "train")."""
+    with _release_files(src, _MNIST_FILES, "mnist") as (where, files):
+        x, y = (_idx_file(files, f"{split}-{kind}-ubyte", where)
+                for kind in ("images-idx3", "labels-idx1"))
+    if x.ndim != 3 or x.shape[1:] != (28, 28) or y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise DataError(f"{where}: {split} images {x.shape} and labels {y.shape} do not pair up "
+                        f"as [n, 28, 28] and [n]")
+    if y.max(initial=0) > 9:
+        raise DataError(f"{where}: {split} labels must be digits 0..9, found {int(y.max())}")
+    return {"x": x, "y": y.astype(np.int64)}
+
+
+def _idx_file(files: dict[str, Reader], stem: str, where: str) -> np.ndarray:
+    """`stem.gz` (what the download verified) or else `stem` (torchvision unpacks beside it)."""
+    if stem + ".gz" in files:
+        name = stem + ".gz"
+        try:
+            data = gzip.decompress(files[name]())
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"{where}/{name}: unreadable gzip ({e})") from e
+    elif stem in files:
+        name, data = stem, files[stem]()
+    else:
+        raise DataError(f"{where}: no {stem}.gz (or {stem}) in it")
+    return avdigits.idx_array(data, f"{where}/{name}")
+
+
+@_converter("mnist", "mnist_test_28x28.npz",
+            "the MNIST idx files (t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz), e.g. "
+            "torchvision's MNIST/raw folder", source="mnist")
+def convert_mnist(src: Path, *, progress: bool = False) -> Arrays:
+    """MNIST's test split (10000 images, original order) -> `mnist_test_28x28.npz`."""
+    return _mnist(src, "t10k")
+
+
+@_converter("mnist-train", "mnist_train_28x28.npz",
+            "the MNIST idx files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz), e.g. "
+            "torchvision's MNIST/raw folder", source="mnist")
+def convert_mnist_train(src: Path, *, progress: bool = False) -> Arrays:
+    """MNIST's training split (60000 images, original order) -> `mnist_train_28x28.npz`."""
+    return _mnist(src, "train")
 
 
 # --------------------------------------------------------------------------- audio and frames
