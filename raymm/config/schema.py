@@ -136,9 +136,11 @@ class ModelSpec(Strict):
     args: dict[str, Any] = Field(default_factory=dict)
     #: what happens to the model's floating-point buffers (batch norm's running mean and
     #: variance): average = they travel with their parameter group and are averaged like its
-    #: parameters. Integer buffers (batch norm's step count) start from their initial value
-    #: for every device, so no number depends on how many devices a process trained before.
-    buffers: Literal["average"] = "average"
+    #: parameters; local = every device keeps its own and they never travel (FedBN): a device
+    #: trains and is evaluated with its own statistics, the global model keeps the initial
+    #: ones. Integer buffers (batch norm's step count) start from their initial value for
+    #: every device, so no number depends on how many devices a process trained before.
+    buffers: Literal["average", "local"] = "average"
 
     #: encoder kind for every sensor; auto = MLP for vectors, 1D-CNN for [T, C], 2D-CNN for
     #: images; identity passes the flattened input on as the embedding (no parameters: with

@@ -21,6 +21,7 @@ from raymm.data.base import Dataset
 from raymm.device.evaluation import evaluate_device, unimodal_correct
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
+from raymm.models.layout import BUFFERS
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
 from raymm.protocol import combine, exchange
@@ -143,7 +144,7 @@ class DeviceHost:
                     mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
                 out = trained[dev] if dev in trained else self.trainer.train(
                     dev, plan.round, self.pop.indices(dev), held, groups, broadcast,
-                    state.adapter, start, dict(state.objective), plan.upload)
+                    state.adapter, start, dict(state.objective), plan.upload, state.buffers)
                 # the objective's state merges key by key (a hook may update some keys only)
                 if out.state:
                     state = replace(state, objective={**state.objective, **out.state})
@@ -155,6 +156,8 @@ class DeviceHost:
                 continue
             if out.local is not None:
                 state = replace(state, adapter=out.local)
+            if out.buffers is not None:
+                state = replace(state, buffers=out.buffers)
             self._keep(dev, state)
             done.append(dev)
             # a round without upload (periodic sync, Local) sends nothing, extras included
@@ -173,11 +176,21 @@ class DeviceHost:
         if not which.any():
             return np.full(len(sensors), -1, np.int32)
         idx = torch.from_numpy(self.pop.indices(dev).astype(np.int64))
-        vectors = exchange.eval_vectors(self.spec.training.exchange, broadcast, dev,
-                                        self.state_of(dev), tr.initial)
+        vectors = self._eval_vectors(broadcast, dev, self.state_of(dev))
         return unimodal_correct(tr.model, tr.layout, vectors,
                                 {m: tr.rows(m, idx) for m in sensors}, tr.train_y[idx],
                                 which)
+
+    def _eval_vectors(self, payload: Broadcast, dev: int, state: DeviceState
+                      ) -> dict[str, np.ndarray]:
+        """The vectors device `dev` is evaluated with (`exchange.eval_vectors`), with its own
+        batch-norm statistics when it keeps them."""
+        tr = self.trainer
+        vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev, state,
+                                        tr.initial)
+        if tr.initial_buffers is not None:
+            vectors[BUFFERS] = tr.initial_buffers if state.buffers is None else state.buffers
+        return vectors
 
     def selected(self, plan: RoundPlan) -> np.ndarray:
         """This host's devices among the selected ones, in id order."""
@@ -265,8 +278,7 @@ class DeviceHost:
             idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
             held = self.pop.sensor_mask[dev]
             state = self.state_of(dev)
-            vectors = exchange.eval_vectors(self.spec.training.exchange, payload, dev, state,
-                                            tr.initial)
+            vectors = self._eval_vectors(payload, dev, state)
             if use_adapter:
                 vectors[LOCAL] = tr.adapter_start(state.adapter)
             if idx.shape[0] == 0:

@@ -20,6 +20,7 @@ from raymm.data.mapped import is_memory_mapped, tensor_view
 from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
+from raymm.models.layout import BUFFERS
 from raymm.models.size import flops_per_sample
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
@@ -32,6 +33,8 @@ class DeviceOutcome:
     loss: float
     extras: dict[str, np.ndarray]
     state: dict[str, np.ndarray] = field(default_factory=dict)  # from `device_finish`
+    #: the device's own batch-norm statistics after training (`model.buffers: local`)
+    buffers: np.ndarray | None = None
 
 
 class SequentialTrainer:
@@ -45,13 +48,16 @@ class SequentialTrainer:
         self.seed = seed
         self.device = torch.device(device)  # a GPU when the DeviceActor was given one
         self.model = build_model(dataset, model_spec, seed)
-        self.layout = GroupLayout(self.model)
+        self.layout = GroupLayout(self.model, model_spec.buffers)
         self.flops = flops_per_sample(self.model, dataset)
         self.model.to(self.device)
         self.initial_local = (self.layout.flatten(self.model, [LOCAL])[LOCAL]
                               if LOCAL in self.layout.slots else None)
         # the model every device starts from (identical in every process: seeded build)
         self.initial = self.layout.flatten(self.model, self.layout.groups)
+        # the statistics a device starts from before it has its own (`model.buffers: local`)
+        self.initial_buffers = (self.layout.flatten(self.model, [BUFFERS])[BUFFERS]
+                                if BUFFERS in self.layout.slots else None)
         # tensors over the shared arrays' memory, never copies: a memory-mapped split stays
         # in its files and only the rows of the devices trained here are read. On an
         # accelerator an in-memory split moves there once; a mapped one stays on the CPU, and
@@ -80,13 +86,15 @@ class SequentialTrainer:
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
               groups: list[str], broadcast: Broadcast, local: np.ndarray | None,
               start: dict[str, np.ndarray] | None = None,
-              state: dict[str, np.ndarray] | None = None, upload: bool = True
-              ) -> DeviceOutcome:
+              state: dict[str, np.ndarray] | None = None, upload: bool = True,
+              buffers: np.ndarray | None = None) -> DeviceOutcome:
         """`start` (default: the broadcast's global vectors) is what the model is loaded with;
         `state` is what the device kept from earlier rounds, passed to the objective's hooks;
         `upload` says whether this round's extras reach the server (`DeviceFinish.upload`)."""
         model, layout = self.model, self.layout
         layout.load(model, broadcast.params if start is None else start)
+        if self.initial_buffers is not None:  # its own statistics, or the initial ones
+            layout.load(model, {BUFFERS: self.initial_buffers if buffers is None else buffers})
         objective = self.objective
         use_adapter = bool(objective.uses_adapter and LOCAL in layout.slots)
         if use_adapter:
@@ -111,6 +119,9 @@ class SequentialTrainer:
         update = LocalUpdate(self.call, objective, self.training, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
         batches = self._batches(device, rnd, xs, y, held_t, held_names)
+        # a module's own randomness (a user's dropout) draws from torch's global generator:
+        # seeded per (seed, round, device), so it does not depend on who trained before
+        torch.manual_seed(seeding.torch_seed(self.seed, rnd, device, "module"))
         done = update.run(params, batches, update.one_device(anchor, dev_tensors),
                           grad_sum=objective.needs_grad_mean)
         with torch.no_grad():  # the module ends holding the trained values
@@ -131,7 +142,9 @@ class SequentialTrainer:
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
             loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
             extras=dev_extras,
-            state=new_state)
+            state=new_state,
+            buffers=layout.flatten(model, [BUFFERS])[BUFFERS]
+            if self.initial_buffers is not None else None)
 
     def _batches(self, device: int, rnd: int, xs: dict[str, torch.Tensor], y: torch.Tensor,
                  held_t: torch.Tensor, held_names: tuple[str, ...]) -> Iterator[Batch]:

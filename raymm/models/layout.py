@@ -1,7 +1,9 @@
 """Flat float32 vectors per parameter group, and loading them back into a module.
 
 A group's vector holds its parameters and then its floating-point buffers (batch norm's
-running statistics, `model.buffers: average`): they travel and are averaged with their group.
+running statistics) when they travel (`model.buffers: average`: averaged with their group).
+With `model.buffers: local` they form the group `buffers` instead, which never travels: each
+device keeps its own vector (FedBN).
 Integer buffers (batch norm's step count) never travel: loading a group puts them back to
 their initial value, so nothing depends on how many devices a process trained.
 """
@@ -17,6 +19,9 @@ from torch import nn
 
 from raymm.models.network import LOCAL, RaymmNet
 from raymm.units import FLOAT_BYTES
+
+#: the group of a device's own batch-norm statistics (`model.buffers: local`): kept, never sent
+BUFFERS = "buffers"
 
 
 @dataclass(frozen=True)
@@ -36,14 +41,15 @@ class GroupLayout:
     def __init__(self, model: RaymmNet, buffers: str = "average") -> None:
         slots: dict[str, list[Slot]] = {}
         sizes: dict[str, int] = {}
-        if buffers != "average":
+        if buffers not in ("average", "local"):
             raise ValueError(f"model.buffers: {buffers!r} is not supported")
-        travelling = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
-        for name, p in [*model.named_parameters(), *travelling]:
-            g = model.group_of(name)
+        floats = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+        params = {n for n, _ in model.named_parameters()}
+        for name, p in [*model.named_parameters(), *floats]:
+            g = BUFFERS if buffers == "local" and name not in params else model.group_of(name)
             start = sizes.get(g, 0)
             slots.setdefault(g, []).append(Slot(name, tuple(p.shape), start, start + p.numel(),
-                                                buffer=name not in dict(model.named_parameters())))
+                                                buffer=name not in params))
             sizes[g] = start + p.numel()
         self.slots = slots
         self.sizes = sizes
@@ -81,8 +87,8 @@ class GroupLayout:
 
     @property
     def groups(self) -> list[str]:
-        """Groups that travel (every group but the device-local one)."""
-        return [g for g in self.slots if g != LOCAL]
+        """Groups that travel (every group but the device-local ones: adapter, buffers)."""
+        return [g for g in self.slots if g not in (LOCAL, BUFFERS)]
 
     def nbytes(self, group: str) -> int:
         return FLOAT_BYTES * self.sizes[group]

@@ -27,7 +27,7 @@ from raymm.errors import RaymmError
 from raymm.io import statefile
 from raymm.io.atomic import atomic_output
 from raymm.models.build import build_model, build_net
-from raymm.models.layout import GroupLayout
+from raymm.models.layout import BUFFERS, GroupLayout
 from raymm.models.network import RaymmNet
 
 MODEL = "model.safetensors"
@@ -35,6 +35,7 @@ DEVICES = "device_models.safetensors"
 KIND = "raymm-model"
 DEVICES_KIND = "raymm-device-models"
 LOCAL_KEY = "local"
+BUFFERS_KEY = "buffers"
 PARAMS_PREFIX = "params/"
 
 
@@ -123,4 +124,6 @@ def _device_vectors(run_dir: Path, info: dict[str, Any], device: int) -> dict[st
                 out[g] = models[int(c["assignment"][g][device])]
     if LOCAL_KEY in own:
         out[LOCAL_KEY] = own[LOCAL_KEY]
+    if BUFFERS_KEY in own:  # its own batch-norm statistics (model.buffers: local)
+        out[BUFFERS] = own[BUFFERS_KEY]
     return out

@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
-#: record keys (the adapter, and the prefixes of the exchange's two kinds of vectors)
+#: record keys (the adapter, the device's own batch-norm statistics, and the prefixes of the
+#: exchange's two kinds of vectors)
 ADAPTER = "local"
+BUFFERS = "buffers/own"
 PARAMS = "params/"
 BASE = "base/"
 
@@ -40,19 +42,24 @@ class DeviceState:
     base: Mapping[str, np.ndarray] = field(default_factory=dict)
     #: what the objective's hooks keep (`DeviceFinish.state`), keyed as the objective names it
     objective: Mapping[str, np.ndarray] = field(default_factory=dict)
+    #: its own batch-norm statistics (`model.buffers: local`), once it trained
+    buffers: np.ndarray | None = None
 
     def is_empty(self) -> bool:
-        return self.adapter is None and not (self.params or self.base or self.objective)
+        return self.adapter is None and self.buffers is None and \
+            not (self.params or self.base or self.objective)
 
     def to_record(self) -> Any:
         """The checkpoint/wire form: None, the adapter array, or one flat dict of arrays."""
-        if not (self.params or self.base or self.objective):
+        if not (self.params or self.base or self.objective) and self.buffers is None:
             return self.adapter
         out: dict[str, np.ndarray] = {**{PARAMS + g: v for g, v in self.params.items()},
                                       **{BASE + g: v for g, v in self.base.items()},
                                       **self.objective}
         if self.adapter is not None:
             out[ADAPTER] = self.adapter
+        if self.buffers is not None:
+            out[BUFFERS] = self.buffers
         return out
 
     @classmethod
@@ -71,9 +78,9 @@ class DeviceState:
                 params[k[len(PARAMS):]] = v
             elif k.startswith(BASE):
                 base[k[len(BASE):]] = v
-            elif k != ADAPTER:
+            elif k not in (ADAPTER, BUFFERS):
                 objective[k] = v
-        return cls(record.get(ADAPTER), params, base, objective)
+        return cls(record.get(ADAPTER), params, base, objective, record.get(BUFFERS))
 
 
 EMPTY = DeviceState()

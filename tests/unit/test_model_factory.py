@@ -196,3 +196,72 @@ def test_counting_flops_leaves_batch_norm_statistics_alone():
     before = {n: b.clone() for n, b in net.named_buffers()}
     assert flops_per_sample(net, ds) > 0
     assert all(torch.equal(before[n], b) for n, b in net.named_buffers())
+
+
+def test_local_buffers_stay_on_each_device(tmp_path):
+    """model.buffers: local (FedBN): only parameters travel; every device keeps, trains and is
+    evaluated with its own statistics; the global model keeps the initial ones."""
+    sc = scenario("test_whole_bn", **{"model.buffers": "local", "eval.scope": "both",
+                                      "population.local_test_fraction": 0.25})
+    res = run(sc, out=tmp_path / "a")
+    net = raymm.load_model(res.run_dir)
+    bn = net.net.body[1]
+    assert torch.equal(bn.running_mean, torch.zeros(16))  # the global model's: initial
+    layout = GroupLayout(net, "local")
+    assert "buffers" in layout.slots and "buffers" not in layout.groups
+    assert not any(s.buffer for s in layout.slots["shared"])
+    trained = pd.read_parquet(res.run_dir / "devices.parquet")
+    devs = trained.loc[trained["times_selected"] > 0, "device"].tolist()[:2]
+    mine = [raymm.load_model(res.run_dir, device=d).net.body[1].running_mean for d in devs]
+    assert not torch.equal(mine[0], torch.zeros(16)) and not torch.equal(mine[0], mine[1])
+    # the same numbers at another packing, and after a resume
+    other = run(scenario("test_whole_bn", **{"model.buffers": "local", "eval.scope": "both",
+                                              "population.local_test_fraction": 0.25,
+                                              "execution.devices_per_actor": 5}),
+                out=tmp_path / "b")
+    assert np.array_equal(res.params["shared"], other.params["shared"])
+    a = pd.read_parquet(res.run_dir / "rounds.parquet")
+    b = pd.read_parquet(other.run_dir / "rounds.parquet")
+    assert np.array_equal(a["accuracy"].to_numpy(), b["accuracy"].to_numpy(), equal_nan=True)
+
+
+def test_local_buffers_resume_exactly(tmp_path):
+    from helpers import resume_from_round_3
+
+    sc = scenario("test_whole_bn", **{"model.buffers": "local", "rounds": 6,
+                                      "output.checkpoint_every": 3, "eval.scope": "devices",
+                                      "population.local_test_fraction": 0.25,
+                                      "output.keep_checkpoints": 5})
+    ref = run(sc, out=tmp_path / "ref")
+    again = resume_from_round_3(tmp_path, ref)
+    assert np.array_equal(ref.params["shared"], again.params["shared"])
+    a = pd.read_parquet(ref.run_dir / "rounds.parquet")
+    b = pd.read_parquet(again.run_dir / "rounds.parquet")
+    assert np.array_equal(a["accuracy"].to_numpy(), b["accuracy"].to_numpy(), equal_nan=True)
+
+
+@register_model("test_dropout")
+def make_dropout(ctx: ModelContext) -> nn.Module:
+    d = sum(int(np.prod(ctx.shapes[m])) for m in ctx.sensors)
+
+    class Drop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(d, 16), nn.Dropout(0.3),
+                                      nn.Linear(16, ctx.num_classes))
+
+        def forward(self, xs: dict[str, torch.Tensor]) -> torch.Tensor:
+            return self.body(torch.cat([xs[m].flatten(1) for m in ctx.sensors], dim=1))
+
+    return Drop()
+
+
+def test_a_modules_own_randomness_is_seeded_per_device(tmp_path):
+    """Dropout draws from torch's global generator: seeded per (seed, round, device), the
+    numbers do not depend on packing, and lock-step (which cannot vmap random ops) falls back
+    to the same numbers."""
+    runs = [run(scenario("test_dropout", **extra), out=tmp_path / str(i))
+            for i, extra in enumerate([{}, {"execution.devices_per_actor": 5},
+                                       {"training.vectorise": True}])]
+    for other in runs[1:]:
+        assert np.array_equal(runs[0].params["shared"], other.params["shared"])
