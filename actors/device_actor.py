@@ -1,7 +1,9 @@
 """DeviceActor: one Ray actor hosting one or more simulated devices (a `DeviceHost`).
 
 An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
-actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here.
+actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here. Torch
+is put in deterministic CUDA mode in `setup`, before the host touches the GPU
+(`raymm.device.torch_device.deterministic_cuda`).
 
 An actor is created before the driver has loaded the data (its process start and imports --
 torch, raymm -- overlap the driver's work) and gets the shared objects in `setup`, which builds
@@ -67,6 +69,9 @@ class DeviceActor:
         pop: Population = ray.get(population[0])
         data: Dataset = received(ray.get(dataset[0]))   # a mapped one is opened here
         got = time.time()
+        # nothing here has touched CUDA yet: on a GPU, choosing it also switches torch to
+        # deterministic CUDA (cuBLAS workspace, deterministic kernels, no cuDNN benchmarking)
+        # before the host puts its model there
         self.device, why = choose_torch_device(spec.device, torch.cuda.is_available(),
                                                self.gpu_ids)
         if why:

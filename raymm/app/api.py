@@ -19,7 +19,7 @@ from raymm.app.build import build_world, load_scenario, make_executor, with_exec
 from raymm.app.resume import reopen, resolve_resume
 from raymm.config.schema import Scenario
 from raymm.driver.loop import LoopEnd, drive
-from raymm.driver.rundir import RunWriter, named_run_dir, new_run_dir
+from raymm.driver.rundir import EXPORTS, RunWriter, export_formats, named_run_dir, new_run_dir
 from raymm.driver.summary import devices_table, finish_run
 from raymm.errors import Interrupted, RaymmError
 from raymm.io.paths import writable_dir_problem
@@ -42,16 +42,40 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         executor: str | None = None, progress: bool = False,
         resume: str | Path | None = None,
         on_round: Callable[[dict[str, Any]], bool | None] | None = None,
-        run_dir: str | Path | None = None) -> RunResult:
-    """Validate, build, run every round, and write the run directory. Returns the summary.
+        run_dir: str | Path | None = None, export: Sequence[str] = ()) -> RunResult:
+    """Validate, build, run every round, and write the run directory. Returns a `RunResult`:
+    the run directory, `summary.json`'s content, the rounds' rows and the final parameters.
+
+    `scenario` is a YAML path, a dict, or a `Scenario`; `overrides` are `--set` strings
+    (`"rounds=10"`); `out` is the folder the run directory goes in; `executor` is `"serial"`
+    or `"ray"` (default: the scenario's own).
+
+    `on_round(row)` is called in the driver process after each round is logged, with a copy
+    of that round's row of `rounds.parquet` as a dict: `round`, `train_loss`, `bytes_total`,
+    `selected`, ... and, on evaluated rounds only (`eval.every`, and the last), `accuracy`
+    and the other metrics. The time it takes is not counted in the round's wall seconds.
+    Returning True stops the run after that round, as early stopping does (the run still
+    writes its tables, summary and model). For example, to follow the curve and stop at a
+    target accuracy::
+
+        curve = []
+
+        def watch(row):
+            acc = row.get("accuracy")          # absent on rounds that are not evaluated
+            if acc is not None:
+                curve.append((row["round"], acc))
+            return acc is not None and acc >= 0.9
+
+        result = raymm.run("scenarios/quickstart.yaml", executor="serial", on_round=watch)
 
     With `resume=RUN_DIR` the run continues from that directory's newest checkpoint and ends
-    with the same parameters and rounds table as an uninterrupted run. `on_round` is called
-    with each round's row once it is logged (outside the round's timed wall); returning True
-    stops the run after that round, as early stopping does. `run_dir` names the run
-    directory itself instead of a new `<out>/<name>-<time>` (it must be absent or empty):
-    sweeps give every job a directory they can find again.
+    with the same parameters and rounds table as an uninterrupted run. `run_dir` names the
+    run directory itself instead of a new `<out>/<name>-<time>` (it must be absent or empty):
+    sweeps give every job a directory they can find again. `export=("csv",)` also writes the
+    rounds as `rounds.csv` beside `rounds.parquet`, each time that is written (a resumed run
+    keeps exporting when its directory holds a rounds.csv already).
     """
+    formats = export_formats(export)
     ckpt = None
     if resume is not None:
         sc, resume_dir, ckpt = resolve_resume(resume, scenario, overrides)
@@ -78,8 +102,12 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         else:
             writer = reopen(sc, world, ex, ckpt, resume_dir)
             first, wall_before = ckpt.round + 1, ckpt.wall_seconds
+            if (resume_dir / EXPORTS["csv"]).exists():  # exported before: keep it current
+                formats = export_formats((*formats, "csv"))
+        writer.export = formats
         ex.ready()  # hosts built and warmed up: round 1 is timed as a steady round
-        end = drive(sc, world, ex, writer, first, wall_before, progress, on_round)
+        hook = None if on_round is None else _row_copy_to(on_round)
+        end = drive(sc, world, ex, writer, first, wall_before, progress, hook)
         summary, state = finish_run(sc, world, ex, writer, end.last, end.wall, _ended(sc, end))
     finally:
         ex.shutdown()
@@ -90,6 +118,12 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         raise Interrupted(writer.path, end.last)
     params = {g: np.asarray(v) for g, v in state["params"].items()}
     return RunResult(writer.path, summary, writer.rows, params)
+
+
+def _row_copy_to(on_round: Callable[[dict[str, Any]], bool | None]
+                 ) -> Callable[[dict[str, Any]], bool | None]:
+    """The caller's hook gets its own copy of the row: what it changes stays out of the table."""
+    return lambda row: on_round(dict(row))
 
 
 def _ended(sc: Scenario, end: LoopEnd) -> str:

@@ -1,4 +1,5 @@
-"""`raymm` command line: run and validate scenarios.
+"""`raymm` command line: one subcommand per task around a scenario (running, checking,
+sweeping and comparing it, its data, the benchmark).
 
 Every user mistake (a bad scenario, a missing data file) prints one message and exits with
 code 2, before any run directory is created.
@@ -28,7 +29,7 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raymm", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="raymm")
     parser.add_argument("--version", action="version", version=f"raymm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario and write a run directory")
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=["serial", "ray"], default=None,
                      help="where devices train (default: the scenario's execution.executor)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--export", action="append", default=[], choices=["csv"],
+                     help="also write the rounds as rounds.csv beside rounds.parquet "
+                          "(repeatable as more formats come)")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="show Ray's own log lines and warnings on stderr")
     val = sub.add_parser("validate", help="check a scenario without running it")
@@ -88,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.build_parser(sub.add_parser(
         "bench", help="the standard workload on raymm next to the bare loop (steady s/round)",
         description=bench.__doc__.split("\n")[0]))
+    # said from the subcommands themselves, so it stays true as they change
+    parser.description = ("Simulate multimodal federated learning on heterogeneous IoT devices. "
+                          f"Subcommands: {', '.join(sub.choices)}; `raymm SUBCOMMAND --help` "
+                          "for each.")
     return parser
 
 
@@ -191,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         raise RaymmError("run: give a scenario file, or --resume RUN_DIR")
     result = run(args.scenario, args.overrides, out=args.out, executor=args.executor,
                  progress=not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS"),
-                 resume=args.resume)
+                 resume=args.resume, export=args.export)
     s = result.summary
     acc = s["final_accuracy"]
     print(f"{s['name']}: {s['rounds_completed']} rounds, final accuracy "

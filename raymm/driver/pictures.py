@@ -1,7 +1,9 @@
 """Pictures of a run: partitions, availability, learning curves, confusion matrices.
 
-Each function returns a matplotlib Figure (Agg backend, no display needed); `to_image` turns it
-into an `[H, W, 3]` uint8 array for TensorBoard, `save_png` writes it to a file.
+Each function returns a matplotlib `Figure` drawn on its own Agg canvas: no pyplot, no display,
+and the caller's backend is left as it was (a notebook keeps its inline or widget backend).
+`to_image` turns a figure into an `[H, W, 3]` uint8 array for TensorBoard, `save_png` writes it
+to a file.
 """
 
 from __future__ import annotations
@@ -9,29 +11,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
 
 MAX_ROWS = 200  # devices drawn in per-device pictures; more would not be readable
 
 
+def _figure(width: float, height: float) -> Figure:
+    """A figure with an Agg canvas of its own, known to no backend and no pyplot state."""
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def to_image(fig: Figure) -> np.ndarray:
     canvas = fig.canvas
-    assert isinstance(canvas, FigureCanvasAgg), "matplotlib.use('Agg') above"
+    if not isinstance(canvas, FigureCanvasAgg):  # a figure drawn elsewhere: render it with Agg
+        canvas = FigureCanvasAgg(fig)
     canvas.draw()
-    img = np.asarray(canvas.buffer_rgba())[..., :3].copy()
-    plt.close(fig)
-    return img
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def save_png(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _rows_note(n: int) -> str:
@@ -42,7 +47,8 @@ def label_heatmap(counts: np.ndarray, class_names: Sequence[str]) -> Figure:
     """Devices × classes sample counts: the label skew of the partition."""
     n = counts.shape[0]
     shown = counts[:MAX_ROWS]
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig = _figure(6, 4.5)
+    ax = fig.subplots()
     im = ax.imshow(shown, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("class")
     ax.set_ylabel("device")
@@ -60,7 +66,8 @@ def sensor_matrix(mask: np.ndarray, sensors: Sequence[str], tier_names: Sequence
                   tier: np.ndarray) -> Figure:
     """Devices × sensors: which device holds which sensor, devices grouped by tier."""
     order = np.argsort(tier, kind="stable")[:MAX_ROWS]
-    fig, ax = plt.subplots(figsize=(4 + 0.4 * len(sensors), 4.5))
+    fig = _figure(4 + 0.4 * len(sensors), 4.5)
+    ax = fig.subplots()
     ax.imshow(mask[order].astype(float), aspect="auto", cmap="Greens", vmin=0, vmax=1,
               interpolation="nearest")
     ax.set_xticks(range(len(sensors)))
@@ -78,8 +85,9 @@ def availability_timeline(online: np.ndarray, selected: np.ndarray | None = None
     grid = online[:MAX_ROWS].astype(np.int8)
     if selected is not None:
         grid = grid + selected[:MAX_ROWS].astype(np.int8)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    cmap = matplotlib.colors.ListedColormap(["#f0f0f0", "#9ecae1", "#d62728"])
+    fig = _figure(7, 4.5)
+    ax = fig.subplots()
+    cmap = ListedColormap(["#f0f0f0", "#9ecae1", "#d62728"])
     ax.imshow(grid, aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest",
               extent=(0.5, grid.shape[1] + 0.5, grid.shape[0] - 0.5, -0.5))  # rounds from 1
     ax.set_xlabel("round")
@@ -93,8 +101,9 @@ def availability_timeline(online: np.ndarray, selected: np.ndarray | None = None
 def accuracy_vs_traffic(curves: dict[str, tuple[np.ndarray, np.ndarray]],
                         budget_gib: float | None = None) -> Figure:
     """Test accuracy against cumulative communication (GiB), one curve per run."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    cmap = plt.get_cmap("tab20" if len(curves) > 10 else "tab10")
+    fig = _figure(6, 4)
+    ax = fig.subplots()
+    cmap = colormaps["tab20" if len(curves) > 10 else "tab10"]
     colors = [cmap(i) for i in range(cmap.N)]   # its 10 or 20 colours
     styles = ["-", "--", ":", "-."]
     for i, (name, (gib, acc)) in enumerate(curves.items()):
@@ -115,7 +124,8 @@ def confusion(matrix: np.ndarray, class_names: Sequence[str]) -> Figure:
     """Row-normalised confusion matrix (true class × predicted class)."""
     m = matrix.astype(float)
     norm = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
-    fig, ax = plt.subplots(figsize=(5, 4.5))
+    fig = _figure(5, 4.5)
+    ax = fig.subplots()
     im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
     names = [str(c)[:10] for c in class_names] or [str(i) for i in range(m.shape[0])]
     ax.set_xticks(range(len(names)))

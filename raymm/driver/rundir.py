@@ -1,4 +1,5 @@
-"""The run directory: resolved config, TensorBoard events, Parquet tables, summary.
+"""The run directory: resolved config, TensorBoard events, Parquet tables, summary, and on
+request (`export`) the rounds as CSV too.
 
 Files that are rewritten during a run (tables, summary) are written to a temporary name and
 renamed, so a crash never leaves a half-written file behind.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,30 @@ def atomic_write_table(path: Path, table: pa.Table) -> None:
         pq.write_table(table, f)
 
 
+def atomic_write_csv(path: Path, table: pa.Table) -> None:
+    """`table` as CSV with a header line: nulls as empty fields, floats as Python writes them
+    (they read back exactly), a list-valued cell as its Python text."""
+    # deferred: pandas loads only for runs that export CSV
+    import pandas as pd
+
+    frame: pd.DataFrame = table.to_pandas()
+    atomic_write_bytes(path, frame.to_csv(index=False).encode())
+
+
+#: what `RunWriter(export=...)` can write beside rounds.parquet, and the file it writes
+EXPORTS = {"csv": "rounds.csv"}
+
+
+def export_formats(export: str | Sequence[str]) -> tuple[str, ...]:
+    """The export formats asked for, each once; an unknown one is the user's mistake."""
+    asked = (export,) if isinstance(export, str) else tuple(export)
+    unknown = sorted(set(asked) - set(EXPORTS))
+    if unknown:
+        raise RaymmError(f"export: unknown format {', '.join(map(repr, unknown))}; choose "
+                         f"from {', '.join(EXPORTS)}")
+    return tuple(dict.fromkeys(asked))
+
+
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Rows with possibly different keys -> one table; missing values become null."""
     cols: list[str] = []
@@ -85,11 +111,13 @@ class RunWriter:
 
     def __init__(self, path: Path, config: dict[str, Any] | None, tensorboard: bool = True,
                  rows: list[dict[str, Any]] | None = None, purge_step: int | None = None,
-                 budget_gib: float | None = None) -> None:
+                 budget_gib: float | None = None, export: Sequence[str] = ()) -> None:
         """`config=None` continues an existing run: its config stays, `rows` are the history
         up to the checkpoint, and TensorBoard drops events from `purge_step` on (rounds that
-        were logged after the checkpoint and are now run again)."""
+        were logged after the checkpoint and are now run again). `export` names formats
+        (`EXPORTS`) written beside rounds.parquet whenever it is."""
         self.path = path
+        self.export = export_formats(export)
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.selected: dict[int, np.ndarray] = {}
         self.class_names: tuple[str, ...] = ()
@@ -186,7 +214,10 @@ class RunWriter:
             self.tb.add_text(tag, text, 0)
 
     def flush_rounds(self) -> None:
-        atomic_write_table(self.path / "rounds.parquet", rows_to_table(self.rows))
+        table = rows_to_table(self.rows)
+        atomic_write_table(self.path / "rounds.parquet", table)
+        if "csv" in self.export:
+            atomic_write_csv(self.path / EXPORTS["csv"], table)
         if self.tb is not None:
             self.tb.flush()
 

@@ -1,5 +1,6 @@
-"""Reading finished runs: records and tables of runs side by side (`tables`) and learning
-curves against traffic (`compare`).
+"""Reading finished runs: records and tables of runs side by side (`tables`), learning
+curves against traffic (`compare`), and runs as pandas tables for notebooks (`runs`,
+`raymm.load_runs`).
 
 May import: base, io, config, data, models, population, protocol, device, server, sim, driver.
 """

@@ -6,6 +6,7 @@ write it together with the picture drawn here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,14 +17,28 @@ from raymm.errors import RaymmError
 from raymm.units import GIB
 
 
+def run_dirs_under(path: str | Path) -> list[Path]:
+    """`path` itself when it is a run directory (it holds summary.json), else every run
+    directory below it at any depth, sorted by path; a run directory's own subfolders
+    (checkpoints/) are not searched."""
+    root = Path(path)
+    if (root / "summary.json").is_file():
+        return [root]
+    found: list[Path] = []
+    for here, subdirs, files in os.walk(root):
+        if "summary.json" in files:
+            found.append(Path(here))
+            subdirs.clear()
+    return sorted(found)
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
-    """Run directories (with summary.json) or folders of them, e.g. a sweep's `runs/`."""
+    """Run directories (with summary.json) or folders holding them at any depth, e.g. a
+    sweep's `runs/` or its `--out` folder."""
     runs: list[Path] = []
     for p in map(Path, paths):
-        if (p / "summary.json").is_file():
-            runs.append(p)
-        elif p.is_dir() and (found := sorted(q.parent for q in p.glob("*/summary.json"))):
-            runs += found
+        if found := run_dirs_under(p):
+            runs += [r for r in found if r not in runs]
         else:
             raise RaymmError(f"compare: {p} is neither a run directory (no summary.json) nor a "
                              "folder of run directories")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, one command on a machine with an NVIDIA GPU (about 5 minutes):
 #   scenarios/scripts/gpu_check.sh OUT_DIR
+# (0) repeatability: a small scenario run twice on the GPU gives the same parameters; prints
+# "deterministic on <GPU>: same sha" or the difference (without a GPU: the same on the CPU),
 # (1) lock-step training on cuda against the CPU, (2) four DeviceActors packed on one GPU at
 # num_gpus 0.25, (3) seconds per round at 5000/500 and 100000/10000, GPU against CPU.
 # Results: OUT_DIR/gpu_check.md (the table), OUT_DIR/gpu_check.json, OUT_DIR/gpu_check.log.
