@@ -130,9 +130,12 @@ def small_raymm(p: Plan, args: list[str]) -> Plan:
         p.skip = "network"
         return p
     if sub == "data" and args[1:2] == ["prepare"]:
-        source = args[args.index("--from") + 1] if "--from" in args else ""
-        if not source or not Path(os.path.expanduser(source)).exists():
-            p.skip, p.detail = "release", f"{source or 'a release'} is not on this machine"
+        if "--from" not in args:   # reads what `raymm data download` put under $RAYMM_DATA
+            p.skip, p.detail = "depends", "the release `raymm data download` fetches"
+            return p
+        source = args[args.index("--from") + 1]
+        if not Path(os.path.expanduser(source)).exists():
+            p.skip, p.detail = "release", f"{source} is not on this machine"
             return p
     out: list[str] = []
     i = 0
