@@ -182,7 +182,8 @@ class TrainingSpec(Strict):
     #: what a selected device trains and uploads: every group (plain FedAvg on a multimodal
     #: model) or only the groups of the sensors it holds plus `shared` (pod-wise methods).
     upload: Literal["all", "held"] = "all"
-    #: torch intra-op threads per training process; 1 keeps results bit-identical everywhere.
+    #: torch intra-op threads per training process; with one thread a CPU run gives the same
+    #: numbers on every executor and packing (README: "Same seed, same numbers").
     threads: int = Field(default=1, ge=1)
     #: train a host's selected devices in lock-step with torch.func (raymm.device.lockstep) instead
     #: of one after another; falls back to sequential (logged) for objectives that do not opt in
