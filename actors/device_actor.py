@@ -28,6 +28,7 @@ import torch
 
 import actors
 from actors.process import keep_freed_memory
+from actors.runtime_env import import_plugins
 from raymm.data.base import Dataset
 from raymm.data.mapped import received
 from raymm.device.host import DeviceHost, HostSpec
@@ -46,6 +47,7 @@ class NoHostYet(RuntimeError):
 class DeviceActor:
     def __init__(self, device_ids: np.ndarray) -> None:
         start = time.time()
+        import_plugins()  # before any call's arguments that may refer to them are unpickled
         keep_freed_memory()
         self.device_ids = device_ids
         self._host: DeviceHost | None = None

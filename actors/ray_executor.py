@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from actors.quiet import (
     ray_logging_level,
     verbose,
 )
+from actors.runtime_env import plugin_runtime_env
 from actors.server_actor import ServerActor
 from raymm.config.schema import ExecutionSpec, Scenario
 from raymm.data.mapped import for_workers
@@ -93,8 +95,13 @@ def warn_if_not_vectorised(world: World) -> None:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, execution: ExecutionSpec) -> None:
+    def __init__(self, execution: ExecutionSpec, plugins: Sequence[str] = (),
+                 plugin_paths: Sequence[str] = ()) -> None:
+        """`plugins`: modules every actor imports first; `plugin_paths`: the local folders or
+        files of their packages, which travel to the workers (`actors.runtime_env`)."""
         self.execution = execution
+        self.plugins, self.plugin_paths = tuple(plugins), tuple(plugin_paths)
+        self.runtime_env: dict[str, Any] | None = None
         self._owns_ray = False
         self.vault: dict[int, Any] = {}  # device id -> its local state (its "flash storage")
         self._reports: dict[int, list[Any]] = {}  # round -> its reports, asked for early
@@ -110,12 +117,14 @@ class RayExecutor:
         if hasattr(self, "actors"):
             return
         self._owns_ray = ensure_ray(self.execution)
+        self.runtime_env = plugin_runtime_env(self.plugins, self.plugin_paths)
         ex, n = self.execution, sc.population.devices
         self.packing: Packing = plan_packing(n, ex.devices_per_actor, ex.actor,
                                              ray.cluster_resources())
         # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
         # classes ray.actor.ActorClass, which has `options`
-        self.server = ServerActor.options(num_cpus=0).remote()  # type: ignore[attr-defined]
+        self.server = ServerActor.options(  # type: ignore[attr-defined]
+            num_cpus=0, **self._env()).remote()
         self.blocks = self.packing.ranges(n)
         self.actors = [self._new_actor(ids) for ids in self.blocks]
 
@@ -159,7 +168,11 @@ class RayExecutor:
         with driver_stderr_captured():
             return DeviceActor.options(  # type: ignore[attr-defined]  # see prestart()
                 num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
-                max_restarts=a.max_restarts).remote(ids)
+                max_restarts=a.max_restarts, **self._env()).remote(ids)
+
+    def _env(self) -> dict[str, Any]:
+        """The actors' runtime environment, when the run has plugins to ship."""
+        return {} if self.runtime_env is None else {"runtime_env": self.runtime_env}
 
     def poll(self, t: int) -> list[Any] | None:
         """The actors' reports, as references: they go straight into the server's plan. None

@@ -12,6 +12,7 @@ import numpy as np
 import ray
 
 from actors.process import keep_freed_memory
+from actors.runtime_env import import_plugins
 from raymm.config.schema import Scenario
 from raymm.data.base import Dataset
 from raymm.data.mapped import received
@@ -24,6 +25,7 @@ from raymm.server.server import Policies, Server, preload
 @ray.remote
 class ServerActor:
     def __init__(self) -> None:
+        import_plugins()  # before any call's arguments that may refer to them are unpickled
         keep_freed_memory()
         preload()
 

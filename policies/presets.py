@@ -1,7 +1,8 @@
 """Named methods: bundles of policy and model choices a scenario selects with `method:`.
 
 A scenario's own keys override the preset's. Adding a method = a policy module (if it needs a
-new decision) + one entry here.
+new decision) + one entry here. The tables are `raymm.protocol.registry`'s, which a plugin fills
+with `register_preset` (after these).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from raymm.config.schema import deep_merge
+from raymm.protocol.registry import METHODS, PRESETS
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS.update({
     # plain FedAvg on the multimodal model: every selected device trains and uploads every group
     "fedavg": {
         "selection": {"name": "random"},
@@ -55,7 +57,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "training": {"upload": "all", "optimizer": "adam", "lr": 1e-3},
         "eval": {"every": 10, "early_stop_patience": 10},
     },
-}
+})
 
 # ------------------------------------------------------------------ FedMChain and its baselines
 # All evaluate every device on its own 80/20 split (ACC, per tier, ACC_m, MIR) and sample 70% of
@@ -125,5 +127,5 @@ for _name in ("fedadam", "fedyogi", "fedadagrad"):
     PRESETS[_name] = deep_merge(PRESETS["fedavg"], {"aggregation": {"name": _name}})
 
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
-METHODS: list[str] = ["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
-                      "fedproto", "fedadam", "fedyogi", "fedadagrad"]
+METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
+                "fedproto", "fedadam", "fedyogi", "fedadagrad"])

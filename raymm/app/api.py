@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from raymm.app.build import build_world, load_scenario, make_executor, with_executor
+from raymm.app.plugins import check_recorded
+from raymm.app.plugins import load as load_plugins
+from raymm.app.plugins import record as record_plugins
 from raymm.app.resume import reopen, resolve_resume
 from raymm.config.schema import Scenario
 from raymm.driver.loop import LoopEnd, drive
@@ -42,7 +45,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         executor: str | None = None, progress: bool = False,
         resume: str | Path | None = None,
         on_round: Callable[[dict[str, Any]], bool | None] | None = None,
-        run_dir: str | Path | None = None, export: Sequence[str] = ()) -> RunResult:
+        run_dir: str | Path | None = None, export: Sequence[str] = (),
+        plugins: Sequence[str] = ()) -> RunResult:
     """Validate, build, run every round, and write the run directory. Returns a `RunResult`:
     the run directory, `summary.json`'s content, the rounds' rows and the final parameters.
 
@@ -74,10 +78,16 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
     sweeps give every job a directory they can find again. `export=("csv",)` also writes the
     rounds as `rounds.csv` beside `rounds.parquet`, each time that is written (a resumed run
     keeps exporting when its directory holds a rounds.csv already).
+
+    `plugins` names modules to import first (`raymm.app.plugins`: what they register, a
+    scenario may name), as `raymm run --plugin` does; on Ray they reach every worker. A
+    resumed run needs the plugins it was made with loaded again.
     """
     formats = export_formats(export)
+    load_plugins(plugins)
     ckpt = None
     if resume is not None:
+        check_recorded(Path(resume))
         sc, resume_dir, ckpt = resolve_resume(resume, scenario, overrides)
     elif scenario is None:
         raise RaymmError("run: give a scenario, or resume a run directory")
@@ -145,4 +155,5 @@ def _new_run(sc: Scenario, world: World, out: str | Path | None,
     writer.add_text("scenario", "```yaml\n" + (path / "config.yaml").read_text() + "```")
     writer.write_devices(devices_table(world.population))
     writer.start_pictures(world.population, world.dataset, sc.rounds)
+    record_plugins(path, sc)
     return writer

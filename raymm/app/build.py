@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import policies
+import policies  # noqa: F401  (registers every policy and raymm's presets)
+from raymm.app import plugins
 from raymm.app.validate import check_scenario
 from raymm.config.schema import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
@@ -20,7 +21,15 @@ from raymm.errors import ScenarioError
 from raymm.models.size import model_problem
 from raymm.population.devices import build_population
 from raymm.population.faults import fault_seed
-from raymm.protocol.registry import AGGREGATORS, OBJECTIVES, SCHEDULES, SELECTORS, policy_params
+from raymm.protocol.registry import (
+    AGGREGATORS,
+    METHODS,
+    OBJECTIVES,
+    PRESETS,
+    SCHEDULES,
+    SELECTORS,
+    policy_params,
+)
 from raymm.protocol.seams import Objective
 from raymm.server.server import Policies
 from raymm.sim.engine import Executor, World
@@ -29,10 +38,13 @@ from raymm.sim.serial import SerialExecutor
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
                   ) -> Scenario:
-    """Read (if a path), apply `key.path=value` overrides, merge the preset, validate."""
+    """Read (if a path), apply `key.path=value` overrides, merge the preset, validate. The
+    installed distributions' plugins are loaded first (`raymm.app.plugins`), so a scenario
+    may name what they register."""
+    plugins.load()
     raw = read_yaml(source) if isinstance(source, (str, Path)) else dict(source)
     raw = apply_overrides(raw, overrides)
-    return check_scenario(raw, policies.PRESETS, str(source) if isinstance(source, (str, Path))
+    return check_scenario(raw, PRESETS, str(source) if isinstance(source, (str, Path))
                           else None)
 
 
@@ -46,14 +58,14 @@ def with_executor(sc: Scenario, executor: str | None) -> Scenario:
 
 
 def presets() -> Mapping[str, Mapping[str, Any]]:
-    """Every named method (preset), for callers that may not import `policies` themselves."""
-    return policies.PRESETS
+    """Every named method (preset): raymm's own and those plugins registered."""
+    return PRESETS
 
 
 def method_names() -> list[str]:
     """The methods "every method" means (`raymm sweep --methods all`): presets minus
-    ablations."""
-    return list(policies.METHODS)
+    ablations, plugins' included."""
+    return list(METHODS)
 
 
 def build_world(sc: Scenario) -> World:
@@ -90,11 +102,13 @@ def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Ob
 
 
 def make_executor(sc: Scenario) -> Executor:
-    """Where the rounds run: in this process (`serial`) or in Ray actors (`ray`)."""
+    """Where the rounds run: in this process (`serial`) or in Ray actors (`ray`), which get
+    the run's plugin modules (`plugins.worker_code`)."""
     if sc.execution.executor == "serial":
         dpa = sc.execution.devices_per_actor
         return SerialExecutor(None if dpa == "auto" else int(dpa))
     # deferred: Ray is imported only by runs on the Ray executor
     from actors.ray_executor import RayExecutor
 
-    return RayExecutor(sc.execution)
+    modules, paths = plugins.worker_code(sc)
+    return RayExecutor(sc.execution, modules, paths)

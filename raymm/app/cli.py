@@ -26,6 +26,16 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value, e.g. --set rounds=3 (repeatable)")
+    add_plugin_arg(p)
+
+
+def add_plugin_arg(p: argparse.ArgumentParser) -> None:
+    """`--plugin MODULE` (repeatable): see `raymm.app.plugins`."""
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                   help="import this Python module first: the datasets, policies, presets and "
+                        "model factories it registers become names a scenario can use "
+                        "(repeatable; installed distributions' raymm.plugins entry points "
+                        "load by themselves unless RAYMM_NO_ENTRY_POINTS=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(repeatable as more formats come)")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="show Ray's own log lines and warnings on stderr")
+    add_plugin_arg(run)
     val = sub.add_parser("validate", help="check a scenario without running it")
     _add_scenario_args(val)
     add_data_parser(sub)
@@ -79,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "every named method that can run on it; same data, rounds, protocol "
                          "and sync period (raymm.app.variants), runs named <scenario>_<method>")
     _add_budget_args(sw)
+    add_plugin_arg(sw)
+    plug = sub.add_parser("plugins", help="the plugins loaded and what each registers")
+    plug_sub = plug.add_subparsers(dest="plugins_command")
+    add_plugin_arg(plug_sub.add_parser(
+        "list", help="installed distributions' plugins and --plugin modules: their datasets, "
+                     "policies, presets and model factories with their parameters"))
     cmp = sub.add_parser("compare", help="compare finished runs: one table and an "
                                           "accuracy-vs-GiB plot")
     cmp.add_argument("run_dirs", nargs="+",
@@ -140,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_data(args)
         if args.command == "scenarios":
             return _scenarios(args)
+        if args.command == "plugins":
+            return _plugins(args)
         if args.command in ("sweep", "compare"):
             return _sweep(args)
         if args.command == "bench":
@@ -181,8 +200,10 @@ def terminal_safe(text: str) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app import plugins
     from raymm.app.build import load_scenario
 
+    plugins.load(args.plugins)
     sc = load_scenario(args.scenario, args.overrides)
     print(f"{args.scenario}: valid scenario {sc.name!r} (method={sc.method}, "
           f"{sc.population.devices} devices, {sc.rounds} rounds, dataset {sc.dataset_name})")
@@ -199,13 +220,23 @@ def _run(args: argparse.Namespace) -> int:
         raise RaymmError("run: give a scenario file, or --resume RUN_DIR")
     result = run(args.scenario, args.overrides, out=args.out, executor=args.executor,
                  progress=not args.no_progress and not os.environ.get("RAYMM_NO_PROGRESS"),
-                 resume=args.resume, export=args.export)
+                 resume=args.resume, export=args.export, plugins=args.plugins)
     s = result.summary
     acc = s["final_accuracy"]
     print(f"{s['name']}: {s['rounds_completed']} rounds, final accuracy "
           f"{acc if acc is None else f'{acc:.4f}'}, best {s['best_accuracy']:.4f}, "
           f"{s['gib_total'] * 1024:.2f} MiB traffic, {s['wall_seconds']:.1f} s wall")
     print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
+    from raymm.app import plugins
+    from raymm.app.schema_doc import plugins_text
+
+    plugins.load(getattr(args, "plugins", []))
+    print(plugins_text())
     return 0
 
 
@@ -218,7 +249,7 @@ def _sweep(args: argparse.Namespace) -> int:
         comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
                          args.budget_gib, args.budget_from,
                          progress=not os.environ.get("RAYMM_NO_PROGRESS"),
-                         methods=args.methods, jobs=args.jobs)
+                         methods=args.methods, jobs=args.jobs, plugins=args.plugins)
         if comp.runs:
             print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
     else:

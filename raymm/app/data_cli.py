@@ -61,7 +61,10 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
     data = subparsers.add_parser("data", help="list, prepare and download datasets",
                                  description=__doc__.split("\n")[0])
     sub = data.add_subparsers(dest="data_command")
-    sub.add_parser("list", help="datasets, where each is expected, and whether it is there")
+    ls = sub.add_parser("list", help="datasets, where each is expected, and whether it is there")
+    ls.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                    help="import this Python module first, to list the datasets it registers "
+                         "(repeatable; see raymm plugins list)")
     prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
     prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS"),
                       metavar="NAME", help="converter: %(choices)s")
@@ -96,6 +99,10 @@ def run_data(args: argparse.Namespace) -> int:
         return _prepare(args)
     if command == "download":
         return _download(args)
+    # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.app.plugins import load
+
+    load(getattr(args, "plugins", []))
     print(list_text())
     return 0
 
@@ -117,6 +124,7 @@ def expected_files(loader: Any) -> list[Path] | None:
 
 def list_text() -> str:
     # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.app.plugins import origin
     from raymm.data import DATASETS, resolve_data_path
     from raymm.data.base import data_root
     from raymm.data.download import SOURCES
@@ -136,7 +144,8 @@ def list_text() -> str:
         else:
             missing = [p for p in files if not p.exists()]
             state = f"{'missing' if missing else 'present'}  {', '.join(map(str, files))}"
-        lines.append(f"  {name:<{width}}  {state}")
+        plugin = origin("dataset", name)
+        lines.append(f"  {name:<{width}}  {state}" + (f"  (plugin {plugin})" if plugin else ""))
     lines.append("releases (raymm data prepare NAME [--from PATH] [--out FILE]):")
     for name in sorted(CONVERTERS):
         conv = CONVERTERS[name]

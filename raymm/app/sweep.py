@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from raymm.app.plugins import load as load_plugins
 from raymm.app.sweep_exec import Outcome, run_jobs
 from raymm.app.sweep_plan import Action, Job, actions_of, plan_jobs
 from raymm.errors import RaymmError, ScenarioError
@@ -19,7 +20,8 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
               overrides: Sequence[str] = (), out: str | Path = "sweeps",
               executor: str | None = None, budget_gib: float | None = None,
               budget_from: str | None = None, progress: bool = False,
-              methods: Sequence[str] | None = None, jobs: int = 1) -> Comparison:
+              methods: Sequence[str] | None = None, jobs: int = 1,
+              plugins: Sequence[str] = ()) -> Comparison:
     """Run every scenario for every seed (its own seed if `seeds` is empty) under `out/runs/`,
     `jobs` at a time (`raymm.app.sweep_exec`), then write the comparison table of the runs that
     finished under `out/`; the ones that failed are listed in the result's `failed`. With
@@ -28,11 +30,13 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
     Every job is validated, and its run directory `out/runs/<name>-seed<seed>` checked, before
     the first run starts, so a typo in the last one does not cost the hours spent on the
     others. Running the same sweep again skips finished runs and continues interrupted ones
-    from their checkpoints (`raymm.app.sweep_plan`).
+    from their checkpoints (`raymm.app.sweep_plan`). `plugins` are loaded first
+    (`raymm.app.plugins`); runs in processes of their own load them too.
     """
 
     if jobs < 1:
         raise RaymmError(f"sweep: --jobs must be at least 1, got {jobs}")
+    load_plugins(plugins)
     planned = plan_jobs(scenarios, seeds, overrides, Path(out) / "runs", methods, executor)
     names = list(dict.fromkeys(job.scenario.name for job in planned))
     if budget_from is not None and budget_from not in names:   # not hours later, at the table

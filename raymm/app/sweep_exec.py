@@ -3,7 +3,9 @@ each in a fresh process of its own (`python -m raymm.app.sweep_exec`, the job's 
 
 A run's numbers depend only on its scenario (every draw comes from (seed, round, device,
 purpose) streams), so a run gives the same rounds table in its own process as in the sweep's;
-nothing but the scenario is passed to it. Each child gets max(1, cores // N) threads for
+nothing but the scenario is passed to it, and the plugins this process loaded that the child
+must load too (`raymm.app.plugins.child_plugins`; the folders they were imported from go on the
+child's PYTHONPATH). Each child gets max(1, cores // N) threads for
 OpenMP/BLAS (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, unless set already) and,
 on an embedded local Ray, as many CPUs, so N runs do not oversubscribe the machine. torch's
 intra-op threads stay the scenario's `training.threads` (default 1): they are part of what
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raymm.app import api
+from raymm.app.plugins import child_plugins, search_paths
 from raymm.app.sweep_plan import Action, Job
 from raymm.config.strict_yaml import dump_yaml, load_yaml
 from raymm.errors import Interrupted, RaymmError
@@ -166,7 +169,7 @@ class _ChildPool:
             log.flush()
             proc = subprocess.Popen([sys.executable, "-m", "raymm.app.sweep_exec"], text=True,
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                    env=self.child_env(), start_new_session=True)
+                                    env=self.child_env(job), start_new_session=True)
             with self.lock:
                 self.running.add(proc)
                 if self.stopping.is_set():   # started while `stop` was signalling the others
@@ -182,10 +185,14 @@ class _ChildPool:
         last = _last_line(job.log.read_text(encoding="utf-8", errors="replace"))
         return Outcome(job, seconds, last or f"exit code {proc.returncode}", job.log)
 
-    def child_env(self) -> dict[str, str]:
+    def child_env(self, job: Job | None = None) -> dict[str, str]:
         env = dict(os.environ, RAYMM_NO_PROGRESS="1")
         for var in THREAD_VARS:
             env.setdefault(var, str(self.threads))
+        extra = search_paths(child_plugins(job.scenario)) if job is not None else []
+        if extra:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [p for p in (env.get("PYTHONPATH", ""), *extra) if p])
         return env
 
 
@@ -199,7 +206,7 @@ def child_input(job: Job, action: Action, cpus: int) -> str:
     if ex["executor"] == "ray" and ex.get("address") is None and ex.get("local_num_cpus") is None:
         ex["local_num_cpus"] = cpus
     return dump_yaml({"scenario": sc, "run_dir": str(job.run_dir),
-                      "resume": action == "resume"})
+                      "resume": action == "resume", "plugins": child_plugins(job.scenario)})
 
 
 def _last_line(text: str) -> str:
@@ -216,7 +223,7 @@ def child_main() -> int:
     run_dir = Path(job["run_dir"])
     try:
         result = api.run(job["scenario"], resume=run_dir if job["resume"] else None,
-                     run_dir=run_dir, progress=False)
+                         run_dir=run_dir, progress=False, plugins=job.get("plugins", []))
     except Interrupted as exc:
         print(f"raymm: {exc}", file=sys.stderr)
         return 130

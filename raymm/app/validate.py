@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from pydantic import TypeAdapter, ValidationError
 
+from raymm.app.plugins import labelled
 from raymm.config.limits import (
     bound_problems,
     data_size_problem,
@@ -46,6 +47,9 @@ from raymm.population.devices import tier_problems
 from raymm.population.partition import iid_sizes, local_split_problem, partition_problems
 from raymm.protocol.exchange import aggregator_problems
 from raymm.protocol.registry import AGGREGATORS, POLICY_SECTIONS, policy_params
+
+#: ends the problem of a name nothing registered: where other names come from
+PLUGIN_HINT = "; or load the plugin that registers it (--plugin MODULE)"
 
 
 def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],
@@ -132,8 +136,8 @@ def merge_preset(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]
         return dict(raw)
     if not isinstance(method, str) or method not in presets:
         raise ScenarioError(
-            [f"method: unknown preset {method!r}; choose one of: {', '.join(sorted(presets))}"],
-            source)
+            [f"method: unknown preset {method!r}; choose one of: "
+             f"{', '.join(labelled('preset', sorted(presets)))}{PLUGIN_HINT}"], source)
     return deep_merge(presets[method], raw)
 
 
@@ -154,7 +158,8 @@ def _check_policies(merged: Mapping[str, Any], sc: Scenario | None,
         name = spec.get("name", defaults[section].default.name)
         if not isinstance(name, str) or name not in registry:
             problems.append(f"{section}.name: unknown {registry.kind} {name!r}; choose one "
-                            f"of: {', '.join(registry.names())}")
+                            f"of: {', '.join(labelled(section, registry.names()))}"
+                            f"{PLUGIN_HINT}")
             continue
         raw_params = {k: v for k, v in spec.items() if k not in ("name", "k")}
         try:
@@ -176,7 +181,7 @@ def _check_dataset(spec: object, problems: list[str]) -> tuple[str, ...] | None:
     name = spec.get("name")
     if not isinstance(name, str) or name not in DATASETS:
         problems.append(f"dataset.name: unknown dataset {name!r}; choose one of: "
-                        f"{', '.join(sorted(DATASETS))}")
+                        f"{', '.join(labelled('dataset', sorted(DATASETS)))}{PLUGIN_HINT}")
         return None
     loader = DATASETS[name]
     try:
