@@ -14,10 +14,13 @@ numpy views of a memory-mapped Arrow file with `Dataset.mapped` set). Then:
   other data fails loudly instead of training on it.
 
 What "memory" means for a mapped dataset: pages a process has read count in its resident set
-(and in PSS, shared between the processes that read them) until the kernel evicts them; they
-are clean page cache, which the kernel drops under memory pressure. A host that reads a row
-maps the few pages around it too (the kernel's fault-around, 64 KiB), so rows a device owns
-in one run of the file cost the least.
+(and in PSS, shared between the processes that read them) while they stay mapped; they are
+clean page cache, which the kernel can drop at any time. A host lets go of the pages a round
+read when the next round starts (`release_pages`, from `SequentialTrainer.start_round`), so
+it keeps about one round's rows resident however long the run; the pages stay in the page
+cache for whoever reads them next. Reading a row maps the block of the page cache around it
+too (64 KiB, or a whole large folio of up to a few MiB on recent kernels), so rows a device
+owns in one run of the file cost the least.
 """
 
 from __future__ import annotations
@@ -74,6 +77,30 @@ def tensor_view(a: np.ndarray) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(arr)
+
+
+def file_maps(split: Split) -> list[mmap.mmap]:
+    """The memory maps (Python's `mmap.mmap`, as `np.load` and `np.memmap` make them) that the
+    split's inputs are views of; none for arrays in memory or mapped by other means."""
+    maps: dict[int, mmap.mmap] = {}
+    for x in split.x.values():
+        a: Any = x
+        seen = 0
+        while a is not None and seen < 64:
+            if isinstance(a, mmap.mmap):
+                maps[id(a)] = a
+                break
+            a, seen = getattr(a, "base", None), seen + 1
+    return list(maps.values())
+
+
+def release_pages(maps: list[mmap.mmap]) -> None:
+    """Unmap from this process the pages of `maps` it has read (`MADV_DONTNEED`): they leave
+    its resident set and stay in the page cache, and a later read maps them again. The data
+    does not change: raymm never writes into a dataset's maps."""
+    for m in maps:
+        if not m.closed:
+            m.madvise(mmap.MADV_DONTNEED)
 
 
 def fingerprint(dataset: Dataset) -> str:

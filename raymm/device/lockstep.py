@@ -147,6 +147,7 @@ class LockstepTrainer:
             upload: bool = True) -> list[ChunkRun]:
         """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
         left out (the caller trains them sequentially) and the error is logged."""
+        self.base.start_round(rnd)
         # values for groups a device's start vectors do not name: the round's broadcast, else
         # the module's current ones (as the sequential path leaves them in the module)
         self.layout.load(self.model, broadcast.params)

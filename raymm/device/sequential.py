@@ -16,7 +16,7 @@ import torch
 from raymm import seeding
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
-from raymm.data.mapped import is_memory_mapped, tensor_view
+from raymm.data.mapped import file_maps, is_memory_mapped, release_pages, tensor_view
 from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
@@ -66,6 +66,9 @@ class SequentialTrainer:
         self.train_x = {m: tensor_view(dataset.train.x[m]).to(self.store)
                         for m in dataset.sensors}
         self.train_y = tensor_view(dataset.train.y).to(self.device)
+        # the memory maps of the inputs (none in memory) and the round that last read them
+        self._maps = file_maps(dataset.train)
+        self._reading: int | None = None
         self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
         self._generators: dict[str, torch.Generator] = {}
         self.call = ModuleCall(self.model)  # runs the module with a device's parameters
@@ -167,8 +170,17 @@ class SequentialTrainer:
                     xb = data_aug(xb, held_names, aug_gen)
                 yield Batch(xb, y[b], present, None)
 
+    def start_round(self, rnd: int) -> None:
+        """Before round `rnd` reads its first row: let go of the pages of mapped inputs that
+        earlier rounds read (`release_pages`), so what a host keeps resident is one round's
+        rows, however many rounds the run has."""
+        if rnd != self._reading:
+            self._reading = rnd
+            release_pages(self._maps)
+
     def prepare_round(self, rnd: int, devices: np.ndarray) -> None:
         """Derive the round's stream seeds of the devices about to train, all at once."""
+        self.start_round(rnd)
         augments = self.dataset.augment is not None
         purposes = ["batches"] + (["data_augment"] if augments else [])
         self._seeds = {(rnd, p): dict(zip(devices.tolist(),

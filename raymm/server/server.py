@@ -15,6 +15,7 @@ import torch
 from raymm import seeding
 from raymm.config.schema import Scenario
 from raymm.data.base import Dataset
+from raymm.data.mapped import file_maps, release_pages
 from raymm.models import GroupLayout
 from raymm.models.build import build_model
 from raymm.population.devices import Population
@@ -74,6 +75,8 @@ class Server:
         torch.set_num_threads(scenario.training.threads)
         self.sc = scenario
         self.dataset = dataset
+        # the memory maps of the test inputs (none in memory): let go of after each evaluation
+        self._test_maps = file_maps(dataset.test)
         self.sensors = dataset.sensors
         self.policies = policies
         self.model = build_model(dataset, scenario.model, scenario.seed)
@@ -289,6 +292,7 @@ class Server:
                                       self.dataset.num_classes, full.accuracy))
         if self.sc.eval.scope != "devices":  # the headline accuracy
             self._feedback(t, full.accuracy)
+        release_pages(self._test_maps)   # a mapped test split's pages stay in the page cache
         return RoundRecord(out, confusion=confusion)
 
     def _feedback(self, t: int, accuracy: float) -> None:

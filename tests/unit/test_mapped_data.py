@@ -16,18 +16,26 @@ import numpy as np
 import pytest
 import torch
 
+from raymm.app.build import build_world, load_scenario
 from raymm.data import load_dataset
 from raymm.data import synthetic_mmap as sm
 from raymm.data.base import Dataset, Split
 from raymm.data.mapped import (
     DataSource,
+    file_maps,
     for_workers,
     is_memory_mapped,
     maps_a_file,
     received,
+    release_pages,
     tensor_view,
 )
+from raymm.device.host import DeviceHost
 from raymm.errors import DataError
+from raymm.protocol.messages import Broadcast, RoundPlan
+from raymm.server.server import Server
+
+from helpers import tiny_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,6 +148,55 @@ def test_tensor_view_shares_memory_without_a_warning(tmp_path: Path) -> None:
         t = tensor_view(a[1:3])
     assert t.data_ptr() == a[1:3].__array_interface__["data"][0]
     assert torch.equal(t, torch.tensor([[3.0, 4, 5], [6, 7, 8]]))
+
+
+def resident_kib(path: Path) -> int:
+    """KiB of `path`'s pages mapped into this process (its mappings' Rss in /proc/self/smaps)."""
+    total, ours = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:       # a mapping's first line
+            ours = len(head) >= 6 and head[5] == str(path)
+        elif ours and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+def test_a_new_round_lets_go_of_the_pages_the_last_one_read(tmp_path: Path) -> None:
+    ds = load_dataset("synthetic_mmap", params(tmp_path, n_train=6000, clients=6), seed=1)
+    maps = file_maps(ds.train)
+    assert len(maps) == 2 and file_maps(ds.test) and not file_maps(
+        load_dataset("synthetic_mmap", params(tmp_path, mmap=False), seed=1).train)
+    path = Path(ds.meta["folder"]) / "train_x0.npy"
+    total = float(np.asarray(ds.train.x["a"]).sum())           # every page read
+    assert resident_kib(path) > 100
+    release_pages(maps)
+    assert resident_kib(path) == 0
+    assert float(np.asarray(ds.train.x["a"]).sum()) == total   # read again, unchanged
+
+
+def test_a_host_keeps_resident_only_the_rows_of_its_current_round(tmp_path: Path) -> None:
+    sc = load_scenario(tiny_scenario(**{
+        "dataset": {"name": "synthetic_mmap", **params(
+            tmp_path, n_train=6000, clients=6,
+            sensors={"a": {"dim": 1024, "informativeness": 1.0}})},
+        "population.devices": 6, "population.tiers": [{"sensors": ["a"], "count": 6}],
+        "population.partition": {"kind": "by_group"}}))
+    world = build_world(sc)
+    host = DeviceHost(np.arange(6), world.population, world.dataset, world.host_spec)
+    server = Server(sc, world.dataset, world.population, world.policies)
+    path = Path(world.dataset.meta["folder"]) / "train_x0.npy"
+    device_kib = 1000 * 1024 * 4 // 1024                # one client's rows: 4000 KiB
+
+    def train(t: int, devices: list[int]) -> int:
+        host.train(RoundPlan(t, np.array(devices), tuple(server.layout.groups)),
+                   Broadcast(t, server.params, {}))
+        return resident_kib(path)
+
+    assert train(1, [0, 1, 2]) >= 3 * device_kib
+    # the kernel maps whole blocks of the page cache around what is read (64 KiB, or a large
+    # folio of up to 2 MiB): at most one on either side of the device's rows
+    assert device_kib <= train(2, [5]) <= device_kib + 2 * 2048
 
 
 # ------------------------------------------------------------- a host reads its rows only

@@ -36,7 +36,13 @@ def test_scenario_validates_and_builds(path, monkeypatch, tmp_path):
         need = pop["devices"] * pop.get("partition", {}).get("min_samples", 2)
         write_standin(dataset["name"], tmp_path / dataset["path"], n_train=max(300, 2 * need),
                       n_test=60, classes=dataset.get("classes"))
-    sc = load_scenario(path)
+    overrides = []
+    if dataset.get("name") == "synthetic_mmap":
+        # generated on first load: here a few MiB of it, not the scenario's gigabytes
+        monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+        clients = dataset.get("clients", 100)
+        overrides = [f"dataset.n_train={2 * clients}", "dataset.n_test=50"]
+    sc = load_scenario(path, overrides)
     assert sc.name and sc.rounds >= 1
     world = build_world(sc)
     assert world.population.n == sc.population.devices
