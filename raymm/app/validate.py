@@ -230,10 +230,10 @@ def model_problems(sc: Scenario, sensors: tuple[str, ...],
             net = build_from_factory(ctx)
         except ModelContractError as exc:
             return [str(exc)]
-        except Exception as exc:  # noqa: BLE001 - the user's factory failed: the message
-            if sc.model.factory == "multimodal":
-                return []  # raymm's own network: a setting that breaks it is reported elsewhere
-            return [f"model.factory {sc.model.factory!r} raised {type(exc).__name__}: {exc}"]
+        except Exception as exc:  # noqa: BLE001 - the factory failed: that is the message
+            return [f"model: factory {sc.model.factory!r} cannot build a model for inputs of "
+                    f"shapes { {m: list(ctx.shapes[m]) for m in sensors} }: "
+                    f"{type(exc).__name__}: {exc}"]
         problems = [p for p in (model_size_problem(net), check_output(net, ctx)) if p]
     if problems and "meta tensors" in problems[-1] and len(problems) == 1:
         # an op with no meta kernel (one that reads a value): check the forward on real memory,

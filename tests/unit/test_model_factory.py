@@ -265,3 +265,12 @@ def test_a_modules_own_randomness_is_seeded_per_device(tmp_path):
                                        {"training.vectorise": True}])]
     for other in runs[1:]:
         assert np.array_equal(runs[0].params["shared"], other.params["shared"])
+
+
+def test_a_network_that_cannot_be_built_for_the_data_is_refused_by_validate():
+    """raymm's own network with ResNet encoders on vector inputs fails to build: validate says
+    so (exit 2 from the CLI) instead of a traceback in the middle of a run."""
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(tiny_scenario(**{"model.encoder": "resnet18"}))
+    assert any("factory 'multimodal' cannot build a model for inputs of shapes" in p and
+               "resnet18 needs [H, W] or [C, H, W] inputs" in p for p in exc.value.problems)
