@@ -25,7 +25,7 @@ def __getattr__(name: str):  # lazy, so `import raymm` stays cheap (no torch imp
         return load_scenario
     if name == "load_model":
         # deferred: `import raymm` stays cheap (no torch, no Ray)
-        from raymm.models.saved import load_model
+        from raymm.app.api import load_model
 
         return load_model
     if name == "load_runs":

@@ -26,10 +26,12 @@ from raymm.driver.rundir import EXPORTS, RunWriter, export_formats, named_run_di
 from raymm.driver.summary import devices_table, finish_run
 from raymm.errors import Interrupted, RaymmError
 from raymm.io.paths import writable_dir_problem
+from raymm.models import saved
+from raymm.models.network import RaymmNet
 from raymm.server import divergence
 from raymm.sim.engine import World
 
-__all__ = ["RunResult", "run"]
+__all__ = ["RunResult", "load_model", "run"]
 
 
 @dataclass
@@ -157,3 +159,12 @@ def _new_run(sc: Scenario, world: World, out: str | Path | None,
     writer.start_pictures(world.population, world.dataset, sc.rounds)
     record_plugins(path, sc)
     return writer
+
+
+def load_model(run_dir: str | Path, device: int | None = None,
+               plugins: Sequence[str] = ()) -> RaymmNet:
+    """`raymm.models.saved.load_model` after importing `plugins` (and the installed entry-point
+    plugins): a run whose model came from a plugin's factory needs that factory registered
+    to rebuild the module. Nothing in the run directory is imported by itself."""
+    load_plugins(plugins)
+    return saved.load_model(run_dir, device)

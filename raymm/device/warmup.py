@@ -40,9 +40,13 @@ def warm_up_transforms() -> None:
 
 
 def warm_up(host: DeviceHost) -> None:
-    """One vmapped forward/backward of the host's model (and one plain one) on dummy input."""
+    """One vmapped forward/backward of the host's model on dummy input; nothing for a model
+    that never trains in lock-step (buffers such as batch norm's, which a forward pass in
+    training mode would also change)."""
     trainer = host.trainer
     model, dataset, device = trainer.model, trainer.dataset, trainer.device
+    if any(True for _ in model.buffers()):
+        return
     sensors = dataset.sensors
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         params = {n: p.detach().clone() for n, p in model.named_parameters()}

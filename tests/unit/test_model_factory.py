@@ -274,3 +274,15 @@ def test_a_network_that_cannot_be_built_for_the_data_is_refused_by_validate():
         load_scenario(tiny_scenario(**{"model.encoder": "resnet18"}))
     assert any("factory 'multimodal' cannot build a model for inputs of shapes" in p and
                "resnet18 needs [H, W] or [C, H, W] inputs" in p for p in exc.value.problems)
+
+
+def test_warming_a_host_up_leaves_a_batch_norm_model_alone():
+    from helpers import host_round
+
+    from raymm.device.warmup import warm_up
+
+    _, host, _, _ = host_round({}, **{"model": {"factory": "test_whole_bn"}})
+    before = {n: t.clone() for n, t in host.trainer.model.state_dict().items()}
+    warm_up(host)
+    after = host.trainer.model.state_dict()
+    assert all(torch.equal(before[n], after[n]) for n in before)

@@ -18,13 +18,15 @@ import pandas as pd
 import pytest
 import yaml
 
+import raymm
 from raymm.app import plugins, schema_doc
 from raymm.app.api import run
 from raymm.app.build import load_scenario, method_names
 from raymm.app.cli import main
 from raymm.app.sweep import run_sweep
 from raymm.data.base import DATASETS
-from raymm.errors import ResumeError, ScenarioError
+from raymm.errors import RaymmError, ResumeError, ScenarioError
+from raymm.models.layout import GroupLayout
 from raymm.protocol.registry import METHODS, PRESETS, SELECTORS, register_preset, unregister_preset
 
 from helpers import REPO, tiny_scenario
@@ -380,3 +382,18 @@ def test_the_guide_quotes_the_example_as_it_is():
 def test_the_example_declares_its_entry_point():
     text = (EXAMPLE / "pyproject.toml").read_text()
     assert f'[project.entry-points."{plugins.ENTRY_POINT_GROUP}"]\nmylab = "mylab.fl"\n' in text
+
+
+def test_a_plugin_model_trains_and_loads_back_with_its_plugin(mylab, tmp_path):
+    """The example's model factory (parts with batch norm) runs, and `raymm.load_model` rebuilds
+    it once the plugin is named (a run directory never imports code by itself)."""
+    sets = ["model.factory=mylab_wearable", "method=fedavg", "selection={name: random, k: 5}",
+            "model.buffers=local", "rounds=3"]
+    res = run(SCENARIO, sets, out=tmp_path, plugins=["mylab.fl"])
+    plugins.unload("mylab.fl")
+    with pytest.raises(RaymmError, match="unknown model factory 'mylab_wearable'"):
+        raymm.load_model(res.run_dir)
+    net = raymm.load_model(res.run_dir, device=0, plugins=["mylab.fl"])
+    assert set(net.encoders) == {"accel", "mic"} and net.heads is not None
+    flat = GroupLayout(net, "local").flatten(net)
+    assert all(np.array_equal(flat[g], v) for g, v in res.params.items())
