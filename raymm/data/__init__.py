@@ -14,7 +14,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from raymm.data import avdigits, digits, har, release, synthetic, synthetic_mmap, workload  # noqa: F401  (import registers the loaders)
-from raymm.data.base import DATASETS, Dataset, Split, register_dataset, resolve_data_path
+from raymm.data.base import (
+    DATASETS,
+    Dataset,
+    Split,
+    dataset_problems,
+    loader_facts,
+    register_dataset,
+    resolve_data_path,
+)
+from raymm.errors import DataError
 
 __all__ = [
     "DATASETS",
@@ -48,7 +57,15 @@ def dataset_sensors(name: str, raw: dict[str, Any]) -> tuple[str, ...]:
 
 
 def load_dataset(name: str, params: BaseModel | dict[str, Any], seed: int) -> Dataset:
-    """Load `name`; the same params and seed give byte-identical arrays."""
+    """Load `name`; the same params and seed give byte-identical arrays. A dataset that breaks
+    the contract (`dataset_problems`: shapes, dtypes, labels) is a DataError naming each
+    problem, before anything is built."""
     if isinstance(params, dict):
         params = dataset_params(name, params)
-    return _loader(name).load(params, seed)
+    loader = _loader(name)
+    ds = loader.load(params, seed)
+    problems = dataset_problems(ds, name, tuple(loader.sensors(params)),
+                                loader_facts(loader, params))
+    if problems:
+        raise DataError("; ".join(problems))
+    return ds

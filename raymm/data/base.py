@@ -70,6 +70,46 @@ class Dataset:
         return tuple(self.train.x[sensor].shape[1:])
 
 
+def dataset_problems(ds: object, loader: str, sensors: tuple[str, ...],
+                     facts: DataFacts | None = None) -> list[str]:
+    """What a loader's `Dataset` breaks of the contract (`Split`'s docstring), each naming the
+    loader, the split, the sensor and the shapes: a loader from a plugin is checked before
+    anything is built or written. Reads shapes, dtypes and the labels only."""
+    where = f"dataset {loader!r}"
+    if not isinstance(ds, Dataset):
+        return [f"{where}: load() returned {type(ds).__name__}, not a raymm.data.base.Dataset"]
+    out = []
+    if tuple(ds.sensors) != tuple(sensors):
+        out.append(f"{where}: load() gave sensors {list(ds.sensors)}, its sensors() "
+                   f"said {list(sensors)}")
+    for name, split in (("train", ds.train), ("test", ds.test)):
+        y = np.asarray(split.y)
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            out.append(f"{where}: {name}.y must be integer labels [n], got {y.dtype} "
+                       f"{list(y.shape)}")
+            continue
+        if y.size and (y.min() < 0 or y.max() >= ds.num_classes):
+            out.append(f"{where}: {name}.y holds labels outside 0..{ds.num_classes - 1}")
+        for m in ds.sensors:
+            x = split.x.get(m)
+            if x is None:
+                out.append(f"{where}: {name}.x has no array for sensor {m!r}")
+                continue
+            if x.shape[:1] != y.shape:
+                out.append(f"{where}: {name}.x[{m!r}] has {x.shape[0]} rows for {y.shape[0]} "
+                           f"labels (shape {list(x.shape)})")
+            if x.dtype.kind != "f":
+                out.append(f"{where}: {name}.x[{m!r}] must be floating point, got {x.dtype}")
+            if x.shape[1:] != ds.train.x.get(m, x).shape[1:]:
+                out.append(f"{where}: {name}.x[{m!r}] samples are {list(x.shape[1:])}, the "
+                           f"training split's are {list(ds.train.x[m].shape[1:])}")
+            if facts is not None and m in facts.shapes and \
+                    tuple(facts.shapes[m]) != tuple(x.shape[1:]):
+                out.append(f"{where}: {name}.x[{m!r}] samples are {list(x.shape[1:])}; its "
+                           f"facts() said {list(facts.shapes[m])} (validation used those)")
+    return out
+
+
 @dataclass(frozen=True)
 class DataFacts:
     """What validation may know of a dataset without loading it (from its params, or from

@@ -397,3 +397,49 @@ def test_a_plugin_model_trains_and_loads_back_with_its_plugin(mylab, tmp_path):
     assert set(net.encoders) == {"accel", "mic"} and net.heads is not None
     flat = GroupLayout(net, "local").flatten(net)
     assert all(np.array_equal(flat[g], v) for g, v in res.params.items())
+
+
+BROKEN_LOADER = '''
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from raymm.data.base import Dataset, Split, register_dataset
+
+
+class P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@register_dataset("shapeless_blobs")
+class Shapeless:
+    Params = P
+
+    def sensors(self, params):
+        return ("a",)
+
+    def required_files(self, params):
+        return []
+
+    def load(self, params, seed):
+        x = np.zeros((40, 3), np.float32)
+        test = np.zeros((20, 4), np.float32)          # test samples of another shape
+        return Dataset("shapeless_blobs", ("a",), 2, Split({"a": x}, np.zeros(39, np.int64)),
+                       Split({"a": test}, np.zeros(20, np.int64)))
+'''
+
+
+def test_a_loader_breaking_the_data_contract_is_one_message_naming_shapes(tmp_path,
+                                                                          monkeypatch, capsys,
+                                                                          clean_registries):
+    write_module(tmp_path / "code", "shapeless_lab", BROKEN_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(yaml.safe_dump(tiny_scenario(
+        dataset={"name": "shapeless_blobs"}, population={"devices": 4},
+        selection={"name": "random", "k": 2})))
+    out = tmp_path / "runs"
+    assert main(["run", str(scenario_file), "--plugin", "shapeless_lab", "--out", str(out),
+                 "--executor", "serial"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset 'shapeless_blobs': train.x['a'] has 40 rows for 39 labels" in err
+    assert "test.x['a'] samples are [4], the training split's are [3]" in err
+    assert not out.exists() or not any(out.iterdir())  # nothing written
