@@ -110,3 +110,19 @@ def test_a_plugin_model_factory_reaches_the_actors(tmp_path, monkeypatch, ray_se
         plugins.unload("labnets")
     assert_same(serial, on_ray)
     assert "labnets" in (on_ray.run_dir / plugins.RECORD).read_text()
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("buffers", ["average", "local"])
+def test_a_plugin_model_with_batch_norm_on_ray_is_the_serial_run(tmp_path, mylab, ray_session,
+                                                                  buffers):
+    """The example's parts model (batch norm in every encoder) with its statistics averaged or
+    kept per device: Ray gives the serial numbers bit for bit, pooled and per-device metrics."""
+    sets = [*SETS, "method=fedavg", "selection={name: random, k: 5}",
+            "model.factory=mylab_wearable", f"model.buffers={buffers}", "eval.scope=both",
+            "population.local_test_fraction=0.25", "rounds=4"]
+    serial = run(SCENARIO, [*sets, "execution.executor=serial"], out=tmp_path / "s",
+                 plugins=["mylab.fl"])
+    on_ray = run(SCENARIO, [*sets, "execution.executor=ray"], out=tmp_path / "r",
+                 plugins=["mylab.fl"])
+    assert_same(serial, on_ray)
