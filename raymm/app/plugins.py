@@ -244,12 +244,7 @@ def _roll_back(before: Mapping[str, Mapping[str, Any]],
     """Undo every registration between the two snapshots."""
     for kind, table in _tables().items():
         for n in set(after[kind]) - set(before[kind]):
-            if isinstance(table, Registry):
-                table.unregister(n)
-            elif kind == "preset":
-                unregister_preset(n)
-            else:
-                table.pop(n, None)
+            _unregister(kind, table, n)
         for n, obj in before[kind].items():
             if after[kind].get(n) is not obj:
                 if isinstance(table, Registry):
@@ -257,6 +252,17 @@ def _roll_back(before: Mapping[str, Mapping[str, Any]],
                     table.register(n)(obj)
                 else:
                     table[n] = obj
+
+
+def _unregister(kind: str, table: Any, name: str) -> None:
+    """Take one registered name back out of its table (a policy registry, the presets, or a
+    plain mapping of datasets or model factories)."""
+    if isinstance(table, Registry):
+        table.unregister(name)
+    elif kind == "preset":
+        unregister_preset(name)
+    else:
+        table.pop(name, None)
 
 
 def _forget_modules(name: str, before: set[str]) -> None:
@@ -288,13 +294,7 @@ def unload(name: str) -> None:
     tables = _tables()
     for kind, names in plugin.provides.items():
         for n in names:
-            table = tables[kind]
-            if isinstance(table, Registry):
-                table.unregister(n)
-            elif kind == "preset":
-                unregister_preset(n)
-            else:
-                table.pop(n, None)
+            _unregister(kind, tables[kind], n)
     top = name.partition(".")[0]
     for mod in [m for m in sys.modules if m == top or m.startswith(f"{top}.")]:
         del sys.modules[mod]
