@@ -81,8 +81,10 @@ class FrozenAdam:
 def frozen_train(self: SequentialTrainer, device: int, rnd: int, indices: np.ndarray,
                  held: np.ndarray, groups: list[str], broadcast: Broadcast,
                  local: np.ndarray | None, start: dict[str, np.ndarray] | None = None,
-                 state: dict[str, np.ndarray] | None = None, upload: bool = True
-                 ) -> DeviceOutcome:
+                 state: dict[str, np.ndarray] | None = None, upload: bool = True,
+                 buffers: np.ndarray | None = None) -> DeviceOutcome:
+    # `buffers` (a device's own batch-norm statistics) came later; these models have none
+    assert buffers is None
     model, layout = self.model, self.layout
     layout.load(model, broadcast.params if start is None else start)
     use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)

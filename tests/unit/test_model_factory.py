@@ -277,9 +277,9 @@ def test_a_network_that_cannot_be_built_for_the_data_is_refused_by_validate():
 
 
 def test_warming_a_host_up_leaves_a_batch_norm_model_alone():
-    from helpers import host_round
-
     from raymm.device.warmup import warm_up
+
+    from helpers import host_round
 
     _, host, _, _ = host_round({}, **{"model": {"factory": "test_whole_bn"}})
     before = {n: t.clone() for n, t in host.trainer.model.state_dict().items()}
