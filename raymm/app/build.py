@@ -81,7 +81,7 @@ def build_world(sc: Scenario) -> World:
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),
                          combine=combinable and sc.faults.deadline_seconds is None,
-                         device=sc.execution.device)
+                         device=sc.execution.device, privacy=sc.privacy)
     return World(sc, dataset, population, pol, host_spec)
 
 

@@ -46,7 +46,8 @@ from raymm.models.size import model_size_problem
 from raymm.population.devices import tier_problems
 from raymm.population.partition import iid_sizes, local_split_problem, partition_problems
 from raymm.protocol.exchange import aggregator_problems
-from raymm.protocol.registry import AGGREGATORS, POLICY_SECTIONS, policy_params
+from raymm.protocol.registry import AGGREGATORS, OBJECTIVES, POLICY_SECTIONS, policy_params
+from raymm.protocol.seams import Aggregator
 
 #: ends the problem of a name nothing registered: where other names come from
 PLUGIN_HINT = "; or load the plugin that registers it (--plugin MODULE)"
@@ -84,6 +85,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems += _check_exchange(sc)
         problems += _check_dataset_rules(sc)
         problems += _check_execution(sc)
+        problems += privacy_problems(sc)
         if sensors is not None:
             problems += _check_data_sizes(sc, sensors)
     if problems:
@@ -318,4 +320,54 @@ def _check_exchange(sc: Scenario) -> list[str]:
     name = sc.aggregation.name
     if name in AGGREGATORS:  # an unknown name is reported with the policies
         problems += aggregator_problems(sc.training.exchange, AGGREGATORS.get(name), name)
+    return problems
+
+
+def privacy_problems(sc: Scenario) -> list[str]:
+    """What `privacy:` needs of the rest of the scenario (docs/methods/privacy.md): devices
+    send nothing besides their clipped updates, and in central mode the aggregator depends on
+    them only through each group's mean (`combinable`) and keeps no per-device models."""
+    p = sc.privacy
+    if not p.on:
+        return []
+    problems = []
+    if sc.training.exchange in ("none", "personal"):
+        problems.append(f"privacy: training.exchange: {sc.training.exchange} uploads no "
+                        "parameters; there is nothing to privatise")
+    name = sc.aggregation.name
+    if name in AGGREGATORS:
+        try:
+            agg = AGGREGATORS.build(name, AGGREGATORS.params_model(name)(
+                **sc.aggregation.params()))
+        except (ValidationError, ValueError, TypeError):
+            agg = None  # reported with the policies
+        if agg is not None:
+            if not agg.combinable and (p.mode == "central" or sc.training.exchange != "delta"):
+                problems.append(
+                    f"privacy.mode: {p.mode} needs an aggregator that uses the updates only "
+                    f"through their mean (combinable: fedavg, fedopt, tide with weighting: "
+                    f"data, delta_mean); {name!r} reads every device's row"
+                    + ("" if p.mode == "central" else
+                       " (local DP can feed noised deltas to it: training.exchange: delta)"))
+            if agg.overrides(Aggregator.cluster_models) and (p.mode == "central"
+                                                             or agg.combinable):
+                problems.append(f"privacy: aggregation {name!r} keeps per-device models, "
+                                "which the private mean does not update")
+    if sc.objective.name in OBJECTIVES:
+        try:
+            obj = OBJECTIVES.params_model(sc.objective.name)(**sc.objective.params())
+        except (ValidationError, TypeError):
+            obj = None
+        sends = [k for k in ("lambda_p", "report_aux_loss") if getattr(obj, k, 0)]
+        if sends:
+            problems.append(f"privacy: objective {sc.objective.name!r} uploads class means or "
+                            f"losses besides the update ({', '.join(sends)}); set "
+                            + " and ".join(f"objective.{k}: " + ("0" if k == "lambda_p"
+                                                                  else "false") for k in sends))
+        if sc.objective.name in ("scaffold", "fedproto"):
+            problems.append(f"privacy: objective {sc.objective.name!r} uploads control "
+                            "variates or prototypes besides the update")
+    if sc.schedule.params().get("order") == "adaptive":
+        problems.append("privacy: schedule.order: adaptive has devices report unimodal "
+                        "accuracies, which the mechanism does not cover")
     return problems

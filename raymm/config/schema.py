@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from raymm.config.strict_yaml import load_yaml
 from raymm.errors import ScenarioError
@@ -228,6 +228,17 @@ class ActorSpec(Strict):
     resources: dict[str, float] = Field(default_factory=dict)
     #: times Ray restarts a DeviceActor that died
     max_restarts: int = Field(default=3, ge=0)
+    #: memory each DeviceActor asks Ray for: auto = estimated from what it will hold (its
+    #: devices' model copies, kept states and data rows, plus a measured base:
+    #: raymm.device.footprint), a number = that many MiB, 0 = none
+    memory: float | Literal["auto"] = Field(default="auto")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_not_negative(cls, v: float | str) -> float | str:
+        if not isinstance(v, str) and v < 0:
+            raise ValueError("memory: MiB per DeviceActor, 0 or more (or auto)")
+        return v
 
 
 class ExecutionSpec(Strict):
@@ -250,6 +261,12 @@ class ExecutionSpec(Strict):
     #: evaluation or a checkpoint round, which the next plan may depend on. Same numbers
     #: either way
     plan_ahead: bool = True
+    #: a cluster whose autoscaler can add nodes (cluster.yaml's worker types below their
+    #: max_workers): a packing that does not fit now asks it for the DeviceActors' resources
+    #: and waits up to autoscale_timeout_s; off = fail at once with the numbers
+    autoscale: Literal["auto", "off"] = "auto"
+    #: seconds to wait for the autoscaler's nodes
+    autoscale_timeout_s: float = Field(default=900, gt=0)
 
 
 class EvalSpec(Strict):
@@ -296,6 +313,80 @@ class FaultSpec(Strict):
         return bool(self.actor_kill_prob or self.device_crash_prob or self.deadline_seconds)
 
 
+class PrivacySpec(Strict):
+    """User-level differential privacy of the uploads (docs/methods/privacy.md): each device's
+    update is clipped on the device; `central` adds Gaussian noise to the sum on the server,
+    `local` on each device before it leaves. Off by default, and then nothing changes."""
+
+    #: `off`, `central` (trusted server: noise once per round on the sum) or `local` (each
+    #: device noises its own clipped update)
+    mode: Literal["off", "central", "local"] = "off"
+    #: σ, the noise multiplier: the noise's standard deviation is σ·C (None: solved from
+    #: `target_epsilon` before the run)
+    noise_multiplier: float | None = Field(default=None, ge=0)
+    #: C, the L2 bound of one device's whole update (the starting value with `adaptive_clip`);
+    #: null is C = ∞ (nothing clipped), allowed only with σ = 0
+    clip: float | None = Field(default=1.0, gt=0)
+    #: `update`: one norm over every group a device sends; `group`: group g is clipped to
+    #: C·sqrt(s_g), the shares s_g summing to one over the model's travelling groups
+    clip_unit: Literal["update", "group"] = "update"
+    #: how `clip_unit: group` splits C² between groups: by parameter count or equally
+    group_split: Literal["size", "equal"] = "size"
+    #: the fixed number of contributions the noised sum is divided by (None: min(k, devices),
+    #: times the share of devices able to send the group); never the realised count
+    denominator: float | None = Field(default=None, gt=0)
+    #: δ of the reported (ε, δ) (None: 1 / devices^1.1)
+    delta: float | None = Field(default=None, gt=0, lt=1)
+    #: a budget: with `on_target: stop` the run ends before a release would pass it; with
+    #: `calibrate` σ is solved before the run so that the whole run spends exactly it
+    target_epsilon: float | None = Field(default=None, gt=0)
+    #: what `target_epsilon` does: `stop` the run, or `calibrate` σ
+    on_target: Literal["stop", "calibrate"] = "stop"
+    #: `rdp` (Rényi DP) or `pld` (privacy-loss distributions), both from Google's dp-accounting
+    accountant: Literal["rdp", "pld"] = "rdp"
+    #: cap on the releases any one device takes part in (selection skips devices at the cap);
+    #: the accountant then composes at most this many per device
+    max_participation: int | None = Field(default=None, ge=1)
+    #: adaptive clipping (Andrew et al., 2021): C follows the `target_quantile` of the update
+    #: norms, estimated from a noised count of unclipped updates (central mode only)
+    adaptive_clip: bool = False
+    #: γ: the share of updates that should stay unclipped
+    target_quantile: float = Field(default=0.5, gt=0, lt=1)
+    #: η: C ← C·exp(−η·(b̄ − γ)) after each release
+    clip_lr: float = Field(default=0.2, gt=0)
+    #: σ_b, standard deviation of the noise on the count of unclipped updates (None: the
+    #: denominator / 20, and at least σ); σ_b must exceed σ/2
+    count_noise: float | None = Field(default=None, gt=0)
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PrivacySpec:
+        if self.clip is None and (self.noise_multiplier or self.target_epsilon is not None
+                                  or self.adaptive_clip):
+            raise ValueError("privacy.clip: null (no clipping) needs noise_multiplier: 0, no "
+                             "target_epsilon and no adaptive_clip: noise is σ·C")
+        if self.mode != "off" and self.noise_multiplier is None and not (
+                self.target_epsilon is not None and self.on_target == "calibrate"):
+            raise ValueError("privacy: give noise_multiplier, or target_epsilon with "
+                             "on_target: calibrate")
+        if self.noise_multiplier is not None and self.target_epsilon is not None \
+                and self.on_target == "calibrate":
+            raise ValueError("privacy: on_target: calibrate solves noise_multiplier; do not "
+                             "give both")
+        if self.adaptive_clip and self.count_noise is not None and \
+                self.noise_multiplier is not None and \
+                self.noise_multiplier >= 2 * self.count_noise:
+            raise ValueError("privacy.adaptive_clip: count_noise must exceed noise_multiplier / 2 "
+                             "(the update's own noise is (σ⁻² − (2σ_b)⁻²)^-½)")
+        if self.adaptive_clip and self.mode != "central":
+            raise ValueError("privacy.adaptive_clip needs mode: central (its count is noised "
+                             "once, on the server)")
+        return self
+
+
 class Scenario(Strict):
     """A whole simulation: data, devices, model, policies, execution and output."""
 
@@ -333,6 +424,8 @@ class Scenario(Strict):
     output: OutputSpec = OutputSpec()
     #: deterministic fault injection
     faults: FaultSpec = FaultSpec()
+    #: differential privacy of the uploads (off by default)
+    privacy: PrivacySpec = PrivacySpec()
 
     @property
     def dataset_name(self) -> str:
@@ -342,7 +435,10 @@ class Scenario(Strict):
         return {k: v for k, v in self.dataset.items() if k != "name"}
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if self.privacy == PrivacySpec():  # unchanged files (and checkpoint digests) when off
+            del out["privacy"]
+        return out
 
 
 # --------------------------------------------------------------------------- loading

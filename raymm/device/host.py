@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raymm.config.schema import FaultSpec, ModelSpec, TrainingSpec
+from raymm.config.schema import FaultSpec, ModelSpec, PrivacySpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.device.evaluation import evaluate_device, unimodal_correct
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
@@ -24,7 +24,7 @@ from raymm.models import LOCAL
 from raymm.models.layout import BUFFERS
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
-from raymm.protocol import combine, exchange
+from raymm.protocol import combine, exchange, privacy
 from raymm.protocol.combine import Partials
 from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.messages import (
@@ -54,6 +54,8 @@ class HostSpec:
     combine: bool = False
     #: `execution.device`: where this host's devices train (raymm.device.torch_device)
     device: str = "auto"
+    #: `privacy`: each device clips (and in local mode noises) its update before it leaves
+    privacy: PrivacySpec = PrivacySpec()
 
 
 def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
@@ -91,6 +93,11 @@ class DeviceHost:
         # `device_groups` depends on the sensor mask and the plan only: computed once per
         # distinct (mask, active groups) instead of once per device (see `groups_of`)
         self._groups: dict[tuple[bytes, tuple[str, ...]], list[str]] = {}
+        # clip_unit: group: each travelling group's share of C (for C = 1)
+        layout = self.trainer.layout
+        self._clip_shares = privacy.group_bounds(
+            1.0, {g: layout.sizes[g] for g in layout.groups}, spec.privacy.group_split) \
+            if spec.privacy.on and spec.privacy.clip_unit == "group" else None
 
     def groups_of(self, held: np.ndarray, plan: RoundPlan) -> list[str]:
         """`device_groups` of a device with sensor mask `held` this round (memoised)."""
@@ -160,11 +167,23 @@ class DeviceHost:
                 state = replace(state, buffers=out.buffers)
             self._keep(dev, state)
             done.append(dev)
+            if self.spec.privacy.on and plan.upload:
+                sent, extra = privacy.privatize(
+                    self.spec.privacy, self.spec.seed, plan.round, dev, sent,
+                    start if mode == "params" else None, self._clip(broadcast),
+                    self._clip_shares)
+                out = replace(out, extras={**out.extras, **extra})
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:
                 out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
             outcomes.append((list(sent), out))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors, reports)
+
+    def _clip(self, broadcast: Broadcast) -> float | None:
+        """The round's clip bound C: the server's (adaptive clipping moves it), else the
+        scenario's."""
+        c = broadcast.extras.get(privacy.CLIP)
+        return float(c[0]) if c is not None else self.spec.privacy.clip
 
     def _modality_report(self, dev: int, held: np.ndarray, plan: RoundPlan,
                          broadcast: Broadcast) -> np.ndarray:
@@ -222,7 +241,9 @@ class DeviceHost:
         """The `HostResult` of the devices `ids` that trained (sorted): each group's rows and
         their positions in `ids`, their losses and extras in id order."""
         n = self.pop.num_samples[ids].astype(np.int64)
-        partials = self._presum(ids, n, rows, positions) if self.spec.combine else {}
+        # a private sum counts every device once (user level), whatever its sample count
+        weights = np.ones_like(n) if self.spec.privacy.on else n
+        partials = self._presum(ids, weights, rows, positions) if self.spec.combine else {}
         reported = {MODALITY_CORRECT: np.stack([reports[int(d)] for d in ids])} \
             if reports and ids.size else {}
         # a report is one forward pass per reported sensor over the device's samples

@@ -62,7 +62,9 @@ def drive(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             row, bad = record.row, record.diverged
             if bad is not None:
                 diverged.append((row["round"], bad))
-            early_stop = tracker.update(row) or bad is not None
+            # privacy.target_epsilon with on_target: stop: the next release would pass it
+            early_stop = tracker.update(row) or bad is not None \
+                or bool(row.get("privacy/budget_reached"))
             writer.log_round(record)
             if user_hook is not None:
                 early_stop = bool(user_hook(row)) or early_stop

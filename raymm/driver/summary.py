@@ -132,6 +132,12 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
     summary.update(personal_summary(rows))
     summary.update(summary_metrics(rows, sc.eval.budget_gib))
     summary.update(policy_summary(rows))
+    if sc.privacy.on and rows:  # the guarantee of the whole run, and what it rests on
+        end: dict[str, Any] = rows[-1]
+        summary["privacy"] = {
+            "mode": sc.privacy.mode, "accountant": sc.privacy.accountant,
+            "clip_unit": sc.privacy.clip_unit,
+            **{k.partition("/")[2]: v for k, v in end.items() if k.startswith("privacy/")}}
     if rows:  # per-round averages (traffic in bytes, simulated seconds)
         summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]
                                                          for r in rows]))

@@ -113,6 +113,16 @@ def mean_of(partials: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.nda
     return (_sum_rows(sums, order) / total).astype(np.float32)
 
 
+def sum_of(partials: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Σ w·x (float64) from block partials, in the block order of `mean_of`: what a private
+    mean divides by its fixed denominator instead of Σ w (`raymm.server.privacy`)."""
+    blocks = np.concatenate([p[0] for p in partials])
+    order = np.argsort(blocks, kind="stable")
+    if blocks.shape[0] > 1 and np.any(np.diff(blocks[order]) == 0):
+        raise ValueError("a block was summed in two places")
+    return np.asarray(_sum_rows(np.concatenate([p[1] for p in partials]), order), np.float64)
+
+
 def _sum_rows(rows: np.ndarray, order: np.ndarray, chunk: int = 256) -> np.ndarray:
     """`np.add.reduce(rows[order], axis=0)` -- rows added one after another in `order` --
     without gathering all of them: a chunk at a time, each continuing from the running sum (so

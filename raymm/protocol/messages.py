@@ -186,14 +186,32 @@ class UpdateBatch:
     partials: dict[str, Partials] = field(default_factory=dict)
     #: name -> [n, ...]: what devices reported besides their updates (`HostResult.reports`)
     reports: dict[str, np.ndarray] = field(default_factory=dict)
+    #: group -> the group's mean, already formed (a private round: the noised sum over the
+    #: fixed denominator, `raymm.server.privacy`); its rows are not in `updates`
+    means: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return int(self.device_ids.shape[0])
 
     def groups(self) -> list[str]:
-        """Every group somebody sent, as rows or pre-summed."""
-        return sorted(set(self.updates) | set(self.partials))
+        """Every group somebody sent, as rows or pre-summed (every group a private round
+        releases)."""
+        return sorted(set(self.updates) | set(self.partials) | set(self.means))
+
+    def sums(self, group: str, weights: np.ndarray | None = None
+             ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The block partials of `group`'s senders (rows summed here with `weights`, default
+        sample counts; pre-summed blocks as they came)."""
+        parts = []
+        if group in self.updates:
+            w = self.group_weights(group) if weights is None else weights
+            parts.append(combine.block_sums(self.updates[group], w,
+                                            self.device_ids[self.senders[group]]))
+        if group in self.partials:
+            p = self.partials[group]
+            parts.append((p.blocks, p.sums, p.weights))
+        return parts
 
     def sent(self, group: str) -> np.ndarray:
         """Positions of every device that sent `group` (rows and pre-summed)."""
@@ -206,7 +224,12 @@ class UpdateBatch:
         """Σ w·x / Σ w of `group` over its senders in the canonical block order of
         `raymm.protocol.combine` (so pre-summed and row senders give the same numbers); `weights`
         (default: sample counts) are per row, and only rows can take custom weights. None when
-        the weights sum to zero."""
+        the weights sum to zero. A private round's mean is returned as formed."""
+        if group in self.means:
+            if weights is not None:
+                raise ValueError(f"{group}: a private round's mean is formed with equal "
+                                 "weights; an aggregator cannot weight its rows")
+            return self.means[group]
         parts = []
         if group in self.updates:
             w = self.group_weights(group) if weights is None else weights

@@ -97,6 +97,14 @@ class Server:
         # the plan of a round not aggregated yet: a plan made ahead (`plan` before the previous
         # round's checkpoint) is part of the state, so a resumed run trains the same plan
         self._planned: tuple[RoundPlan, Broadcast] | None = None
+        self.privacy: Any = None  # a `raymm.server.privacy.PrivacyLedger` when privacy is on
+        if scenario.privacy.on:
+            # deferred: dp-accounting (about a second to import) loads for private runs only
+            from raymm.server.privacy import PrivacyLedger
+
+            self.privacy = PrivacyLedger(
+                scenario, population, {g: self.layout.sizes[g] for g in self.layout.groups},
+                policies.schedule, policies.aggregator.combinable)
 
     # --- one round ------------------------------------------------------------------------
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
@@ -113,6 +121,8 @@ class Server:
         sched = self.policies.schedule
         sched.begin_round(t, self.obs)  # a schedule that decides as it goes decides here
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
+        if self.privacy is not None:  # devices at the participation cap are not eligible
+            eligible = self.privacy.eligible(eligible)
         ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
                                seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
         selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
@@ -122,6 +132,8 @@ class Server:
         for g in active:  # a group trained again: every frozen copy sent of it is now stale
             self.frozen_sent.pop(g, None)
         first, upload = sync_window(t, self.sc, sched)
+        if self.privacy is not None:
+            self.privacy.planned(t, eligible, selected, upload)
         plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
                          tuple(sched.report_sensors(t)))
         self._last_counts = (len(online), len(eligible))
@@ -131,7 +143,8 @@ class Server:
     def _extras(self, t: int) -> dict[str, np.ndarray]:
         """What travels with the model this round: the aggregator's extras (e.g. prototypes)
         and the schedule's (e.g. an adaptive chain's predecessors)."""
-        return {**self.policies.aggregator.extras(t), **self.policies.schedule.extras(t)}
+        out = {**self.policies.aggregator.extras(t), **self.policies.schedule.extras(t)}
+        return out if self.privacy is None else {**out, **self.privacy.extras()}
 
     def _downloads(self, t: int, selected: np.ndarray, window_start: int) -> np.ndarray:
         """bool per selected device: it receives the vectors it trains (`exchange.downloads`)."""
@@ -161,7 +174,10 @@ class Server:
         ctx = AggregationContext(t, self.sensors, self.obs, self.sc.seed)
         agg_stats: dict[str, Any] = {}
         bad: list[int] | None = None
-        if batch.n:
+        private = self.privacy is not None and plan.upload
+        if private:  # noise once per round, on the sum; released even if nobody sent
+            batch = self.privacy.release(t, plan, self.params, batch)
+        if batch.n or private:
             merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
             agg_stats = dict(self.policies.aggregator.round_stats())
             bad = divergence.diverged(batch.device_ids, batch.loss, merged)
@@ -194,6 +210,7 @@ class Server:
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
             **agg_stats, **self._policy_stats(),
+            **(self.privacy.account(t) if self.privacy is not None else {}),
         }, selected=plan.selected, diverged=bad)
 
     def _observe_times(self, batch: UpdateBatch, lost: np.ndarray | None) -> None:
@@ -325,6 +342,7 @@ class Server:
                 "sim_seconds": self.sim_seconds, "last_download": self.last_download.copy(),
                 "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
                 **{k: policy.state_dict() for k, policy in self._stateful().items()},
+                **({} if self.privacy is None else {"privacy": self.privacy.state_dict()}),
                 **planned}
 
     def _stateful(self) -> dict[str, ServerPolicy]:
@@ -347,6 +365,8 @@ class Server:
         for k, policy in self._stateful().items():
             if k in state:
                 policy.load_state_dict(state[k])
+        if self.privacy is not None:
+            self.privacy.load_state_dict(state["privacy"])
         self._planned = plan_from_state(state["planned"]) if "planned" in state else None
         if "last_counts" in state:
             online, eligible = state["last_counts"]

@@ -1,0 +1,222 @@
+"""Differential privacy (docs/methods/privacy.md): checks that can fail.
+
+1. the empirical std of the server's noise over many rounds is σ·C/D;
+2. no device's contribution exceeds C after clipping (whole update and per group);
+3. raymm's ε is dp-accounting's own for the same parameters (amplified and composed);
+4. privacy off gives the non-private run bit for bit; σ = 0, C = ∞ gives it to float rounding;
+and switching TIDE's score-based selection on removes the amplification from the report.
+"""
+
+from types import SimpleNamespace
+from typing import Any
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting import rdp
+
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.config.schema import Scenario
+from raymm.errors import ScenarioError
+from raymm.protocol.messages import HostResult, RoundPlan, merge_results
+from raymm.protocol.privacy import clip_update, group_bounds, privatize
+from raymm.server.privacy import PrivacyLedger
+
+from helpers import tiny_scenario
+
+
+def _population(n: int, online: bool = True) -> Any:
+    mask = np.ones((n, 1), bool)
+    return SimpleNamespace(n=n, sensor_mask=mask, sensors=("a",),
+                           online=lambda t, ids: np.full(len(ids), online))
+
+
+def _ledger(n: int = 100, k: int = 10, sizes: dict[str, int] | None = None,
+            selection: str = "random", **privacy: Any) -> PrivacyLedger:
+    sc = Scenario.model_validate({"name": "p", "rounds": 50,
+                                  "selection": {"name": selection, "k": k},
+                                  "privacy": {"mode": "central", **privacy}})
+    return PrivacyLedger(sc, _population(n), sizes or {"shared": 4}, schedule=None)
+
+
+def _batch(rows: np.ndarray, ids: np.ndarray) -> Any:
+    r = HostResult(ids, np.full(len(ids), 7), np.zeros(len(ids)), np.zeros(len(ids)),
+                   {"shared": rows.astype(np.float32)}, {"shared": np.arange(len(ids))})
+    return merge_results([r])
+
+
+def test_noise_std_is_sigma_c_over_denominator():
+    sigma, clip, size, rounds = 1.3, 0.7, 2000, 60
+    led = _ledger(sizes={"shared": size}, noise_multiplier=sigma, clip=clip)
+    ids = np.arange(10)
+    plan = RoundPlan(1, ids, ("shared",))
+    zero = {"shared": np.zeros(size, np.float32)}
+    noise = []
+    for t in range(1, rounds + 1):  # the updates sum to zero: what is left is the noise
+        out = led.release(t, plan, zero, _batch(np.zeros((10, size)), ids))
+        noise.append(out.means["shared"])
+    noise = np.concatenate(noise).astype(np.float64)
+    want = sigma * clip / led.denominators["shared"]
+    assert led.denominators["shared"] == 10  # min(k, N): fixed, not the realised count
+    assert abs(noise.std() / want - 1) < 0.01  # 120,000 draws: the std's error is 0.2%
+    assert abs(noise.mean()) < 4 * want / np.sqrt(noise.size)
+    # the same seed gives the same noise: a resumed or Ray run draws the same numbers
+    again = _ledger(sizes={"shared": size}, noise_multiplier=sigma, clip=clip).release(
+        rounds, plan, zero, _batch(np.zeros((10, size)), ids))
+    np.testing.assert_array_equal(again.means["shared"], out.means["shared"])
+
+
+def test_denominator_does_not_follow_the_realised_count():
+    led = _ledger(noise_multiplier=0.0, clip=100.0)
+    plan = RoundPlan(1, np.arange(3), ("shared",))
+    rows = np.ones((3, 4))
+    out = led.release(1, plan, {"shared": np.zeros(4, np.float32)},
+                      _batch(rows, np.arange(3)))
+    np.testing.assert_allclose(out.means["shared"], 3 / 10)  # 3 senders over D = 10
+
+
+def test_no_contribution_exceeds_c_after_clipping():
+    gen = np.random.default_rng(0)
+    for scale in (1e-3, 1.0, 1e3):
+        upd = {"shared": gen.normal(0, scale, 5000), "sensor:a": gen.normal(0, scale, 300)}
+        clipped, norm, within = clip_update(upd, 0.5)
+        joint = np.sqrt(sum(float(np.dot(v.astype(np.float64), v)) for v in clipped.values()))
+        assert joint <= 0.5
+        assert within == (norm <= 0.5)
+        shares = group_bounds(1.0, {"shared": 5000, "sensor:a": 300, "sensor:b": 300}, "size")
+        per, _, _ = clip_update(upd, 0.5, shares)
+        for g, v in per.items():
+            assert np.linalg.norm(v.astype(np.float64)) <= 0.5 * shares[g]
+        assert np.sqrt(sum(float(np.dot(v.astype(np.float64), v))
+                           for v in per.values())) <= 0.5
+    # the device's upload is the clipped change from where it started
+    start = {"shared": np.full(10, 2.0, np.float32)}
+    sent = {"shared": np.full(10, 12.0, np.float32)}
+    spec = Scenario.model_validate({"name": "p", "rounds": 1, "privacy": {
+        "mode": "central", "noise_multiplier": 1.0, "clip": 1.0}}).privacy
+    up, extra = privatize(spec, 0, 1, 3, sent, start, 1.0, None)
+    assert np.linalg.norm(up["shared"].astype(np.float64)) <= 1.0
+    assert extra["privacy/unclipped"] == 0.0
+
+
+def test_contributions_in_a_run_stay_within_c(monkeypatch):
+    """In a whole run, every row a host hands over is within C (captured before pre-summing)."""
+    from raymm.device import host as host_mod
+    norms: list[float] = []
+    real = host_mod.privacy.privatize
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        up, extra = real(*a, **kw)
+        norms.append(float(np.sqrt(sum(float(np.dot(v.astype(np.float64), v))
+                                       for v in up.values()))))
+        return up, extra
+
+    monkeypatch.setattr(host_mod.privacy, "privatize", spy)
+    run(tiny_scenario(**{"privacy": {"mode": "central", "noise_multiplier": 0.5,
+                                     "clip": 0.05}}), out="/tmp/raymm_test_privacy")
+    assert norms and max(norms) <= 0.05
+
+
+def test_epsilon_is_the_librarys():
+    sigma, q, rounds, delta = 1.1, 0.1, 40, 1e-5
+    led = _ledger(n=100, k=10, noise_multiplier=sigma, delta=delta)
+    for t in range(1, rounds + 1):
+        led.planned(t, np.arange(100), np.arange(10), True)
+        row = led.account(t)
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), rounds))
+    assert row["privacy/epsilon"] == acc.get_epsilon(delta)
+    assert row["privacy/sampling_rate"] == q
+    # composed (no amplification): every participation a Gaussian mechanism
+    led = _ledger(n=100, k=10, noise_multiplier=sigma, delta=delta, selection="tide")
+    for t in range(1, rounds + 1):
+        led.planned(t, np.arange(100), np.arange(10), True)
+        row = led.account(t)
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma),
+                                                  rounds))
+    assert row["privacy/epsilon"] == acc.get_epsilon(delta)
+
+
+def test_participation_bound_tightens_the_composed_epsilon():
+    led = _ledger(n=20, k=5, noise_multiplier=2.0, selection="tide", max_participation=3)
+    for t in range(1, 11):  # every device eligible for all 10 releases, but capped at 3
+        eligible = led.eligible(np.arange(20))
+        sel = eligible[:5]
+        led.planned(t, eligible, sel, True)
+        row = led.account(t)
+    assert row["privacy/compositions"] == 3
+    assert led.selected_count.max() == 3
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(2.0), 3))
+    assert row["privacy/epsilon"] == acc.get_epsilon(led.delta)
+
+
+def test_calibrated_sigma_meets_the_target():
+    led = _ledger(n=100, k=10, target_epsilon=4.0, on_target="calibrate", delta=1e-5)
+    assert led.sigma > 0
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.1, dp_accounting.GaussianDpEvent(led.sigma)), 50))
+    assert 3.95 < acc.get_epsilon(1e-5) <= 4.0
+
+
+def _always_on(**over: Any) -> dict[str, Any]:
+    return tiny_scenario(**{"population.availability": [{"pattern": "always"}], **over})
+
+
+def test_tide_selection_removes_the_amplification():
+    dp = {"mode": "central", "noise_multiplier": 1.0, "clip": 0.5}
+    uniform = run(_always_on(privacy=dp), out="/tmp/raymm_test_privacy")
+    scored = run(_always_on(privacy=dp, **{"selection.name": "tide"}),
+                 out="/tmp/raymm_test_privacy")
+    a, b = uniform.summary["privacy"], scored.summary["privacy"]
+    assert a["sampling_rate"] == 5 / 12 and "Poisson" in a["assumption"]
+    assert b["sampling_rate"] == 0.0 and "no amplification" in b["assumption"]
+    assert "'tide'" in b["assumption"]
+    assert b["epsilon"] > a["epsilon"]
+    # availability clocks (half the devices periodic) remove it too, even for random selection
+    clocks = run(tiny_scenario(privacy=dp), out="/tmp/raymm_test_privacy")
+    assert "no amplification" in clocks.summary["privacy"]["assumption"]
+
+
+def _params(res: Any) -> dict[str, np.ndarray]:
+    return {g: np.asarray(v) for g, v in res.params.items()}
+
+
+def test_privacy_off_is_bit_for_bit_and_sigma0_cinf_matches():
+    base = run(tiny_scenario(), out="/tmp/raymm_test_privacy")
+    off = run(tiny_scenario(privacy={"mode": "off", "clip": 3.0}),
+              out="/tmp/raymm_test_privacy")
+    for g, v in _params(base).items():
+        assert np.array_equal(v, _params(off)[g])
+    assert [r["accuracy"] for r in base.rows if "accuracy" in r] == \
+        [r["accuracy"] for r in off.rows if "accuracy" in r]
+    # σ = 0, C = ∞, equal weights, denominator = the realised count when every device is
+    # online and has the same data size: the same mean, up to float32 rounding
+    over = {"population.availability": [{"pattern": "always"}],
+            "population.partition": {"kind": "iid"}, "selection.k": 12, "dataset.n_train": 396}
+    plain = run(tiny_scenario(**over), out="/tmp/raymm_test_privacy")
+    nil = run(tiny_scenario(privacy={"mode": "central", "noise_multiplier": 0.0, "clip": None},
+                            **over), out="/tmp/raymm_test_privacy")
+    assert nil.summary["privacy"]["epsilon"] == float("inf")
+    for g, v in _params(plain).items():
+        np.testing.assert_allclose(_params(nil)[g], v, rtol=0, atol=1e-6)
+
+
+def test_validation_refuses_what_the_mechanism_does_not_cover():
+    dp = {"mode": "central", "noise_multiplier": 1.0}
+    with pytest.raises(ScenarioError, match="reads every device's row"):
+        load_scenario(tiny_scenario(privacy=dp, **{"aggregation.name": "trimmed_mean"}))
+    with pytest.raises(ScenarioError, match="lambda_p"):
+        load_scenario(tiny_scenario(privacy=dp, method="tide"))
+    with pytest.raises(ScenarioError, match="noise_multiplier"):
+        load_scenario(tiny_scenario(privacy={"mode": "central"}))
+    with pytest.raises(ScenarioError, match="clip: null"):
+        load_scenario(tiny_scenario(privacy={"mode": "central", "noise_multiplier": 1.0,
+                                             "clip": None}))
+    ok = load_scenario(tiny_scenario(privacy=dp, method="tide",
+                                     **{"objective.lambda_p": 0.0}))
+    assert ok.privacy.on
