@@ -95,13 +95,15 @@ class PrivacyLedger:
     def _calibrate(self, sc: Scenario, population: Population, schedule: Schedule) -> float:
         """σ solved for `target_epsilon` over the run's releases (its sync rounds), with the
         amplification the run will get if every device stays eligible, else each device's
-        bound of participations (its online release rounds, the cap)."""
+        bound of participations (the releases it is online and admitted for, the cap). An
+        adaptive schedule is refused with privacy, so `eligible` is a function of the round."""
         rounds = [t for t in range(1, sc.rounds + 1) if sync_window(t, sc, schedule)[1]]
         ids = np.arange(self.n)
         online = np.zeros(self.n, np.int64)
         everyone = True
-        for t in rounds:
-            on = population.online(t, ids)
+        for t in rounds:  # who can be picked at each release: online, and admitted by a
+            on = population.online(t, ids)  # fixed schedule (a chain's phase)
+            on[on] = schedule.eligible(t, population.sensor_mask[on], population.sensors)
             online += on
             everyone = everyone and bool(on.all())
         target = self.p.target_epsilon

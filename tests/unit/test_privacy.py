@@ -37,7 +37,8 @@ def _ledger(n: int = 100, k: int = 10, sizes: dict[str, int] | None = None,
     sc = Scenario.model_validate({"name": "p", "rounds": 50,
                                   "selection": {"name": selection, "k": k},
                                   "privacy": {"mode": "central", **privacy}})
-    return PrivacyLedger(sc, _population(n), sizes or {"shared": 4}, schedule=None)
+    joint = SimpleNamespace(eligible=lambda t, mask, sensors: np.ones(len(mask), bool))
+    return PrivacyLedger(sc, _population(n), sizes or {"shared": 4}, schedule=joint)
 
 
 def _batch(rows: np.ndarray, ids: np.ndarray) -> Any:
