@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, OutOfMemoryError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import autoscale
 from actors.device_actor import DeviceActor, NoHostYet
-from actors.packing import Packing, plan_packing
+from actors.packing import ActorMemory, Packing, actor_demand, plan_packing
 from actors.quiet import (
     driver_stderr_captured,
     loopback_only,
@@ -48,6 +51,7 @@ from actors.runtime_env import plugin_runtime_env
 from actors.server_actor import ServerActor
 from raymm.config.schema import ExecutionSpec, Scenario
 from raymm.data.mapped import for_workers
+from raymm.device.footprint import footprint
 from raymm.device.lockstep import why_not_vectorised
 from raymm.errors import RaymmError
 from raymm.models.build import build_model
@@ -57,6 +61,19 @@ from raymm.sim.engine import Trained, World, plans_ahead
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
+
+
+class ActorOutOfMemory(RaymmError):
+    """A DeviceActor was killed for lack of memory: the run stops with what it held."""
+
+
+def killed_for_memory(exc: BaseException) -> bool:
+    """Whether Ray says a worker died because its node ran low on memory (the raylet's memory
+    monitor, or the kernel's OOM killer as Ray reports it)."""
+    if isinstance(exc, OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return bool(re.search(r"\boom\b|out ?of ?memory|low on memory|memory pressure", text))
 
 
 def ensure_ray(execution: ExecutionSpec) -> bool:
@@ -119,12 +136,17 @@ class RayExecutor:
         self._owns_ray = ensure_ray(self.execution)
         self.runtime_env = plugin_runtime_env(self.plugins, self.plugin_paths)
         ex, n = self.execution, sc.population.devices
-        self.packing: Packing = plan_packing(n, ex.devices_per_actor, ex.actor,
-                                             ray.cluster_resources())
+        self.memory = ActorMemory(ex.actor, footprint(sc))
+        self.packing: Packing = autoscale.fit_or_grow(
+            lambda res: plan_packing(n, ex.devices_per_actor, ex.actor, res, self.memory),
+            lambda: self._wanted(n), autoscale.current_resources, ex.autoscale_timeout_s,
+            enabled=ex.autoscale == "auto")
         # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
-        # classes ray.actor.ActorClass, which has `options`
+        # classes ray.actor.ActorClass, which has `options`; the server beside this driver
+        # (a node lost elsewhere costs devices, not the run)
         self.server = ServerActor.options(  # type: ignore[attr-defined]
-            num_cpus=0, **self._env()).remote()
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=True), **self._env()).remote()
         self.blocks = self.packing.ranges(n)
         self.actors = [self._new_actor(ids) for ids in self.blocks]
 
@@ -163,12 +185,37 @@ class RayExecutor:
             except RayActorError as exc:
                 log.info("DeviceActor %d died while setting up: %s", i, type(exc).__name__)
 
+    def _wanted(self, n: int) -> list[dict[str, float]]:
+        """The actors' bundles to ask an autoscaler for: a fixed devices_per_actor's every
+        actor; `auto`'s one (it then takes as many as fit)."""
+        dpa = self.execution.devices_per_actor
+        per = n if dpa == "auto" else int(dpa)
+        count = 1 if dpa == "auto" else -(-n // per)
+        return [actor_demand(self.execution.actor, self.memory(per))] * count
+
     def _new_actor(self, ids: np.ndarray) -> Any:
         a = self.execution.actor
+        memory = self.memory(int(ids.shape[0]))
         with driver_stderr_captured():
             return DeviceActor.options(  # type: ignore[attr-defined]  # see prestart()
                 num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
-                max_restarts=a.max_restarts, **self._env()).remote(ids)
+                max_restarts=a.max_restarts, **({"memory": memory} if memory else {}),
+                **self._env()).remote(ids)
+
+    def _died(self, i: int, t: int, exc: BaseException) -> None:
+        """Actor i died in round t: one line and the run stops when Ray says it was for
+        memory (restarting it would only repeat that); otherwise it is revived."""
+        if killed_for_memory(exc):
+            ids = self.blocks[i]
+            raise ActorOutOfMemory(
+                f"DeviceActor {i} (devices {ids.min()}-{ids.max()}) was killed for lack of "
+                f"memory in round {t} on its node; it held about "
+                f"{self.memory.describe(int(ids.shape[0]))} (Ray's own words: "
+                f"{_first_line(exc)}); give the actors more memory "
+                "(execution.actor.memory, bigger nodes) or fewer devices each, and resume "
+                "from the last checkpoint") from None
+        log.info("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
+        self._revive(i)
 
     def _env(self) -> dict[str, Any]:
         """The actors' runtime environment, when the run has plugins to ship."""
@@ -202,8 +249,8 @@ class RayExecutor:
             try:
                 reports.append(ray.get(ref))
             except RayError as exc:
-                log.info("DeviceActor %d did not report in round %d: %s", i, t, exc)
-                self._revive(i)
+                log.info("DeviceActor %d did not report in round %d", i, t)
+                self._died(i, t, exc)
         return reports
 
     def plan(self, t: int, reports: list[Any] | None) -> tuple[Any, Any]:
@@ -293,10 +340,9 @@ class RayExecutor:
             try:
                 status = ray.get(status_ref)
             except RayError as exc:
-                log.info("DeviceActor %d died in round %d: %s", i, t, type(exc).__name__)
                 out.lost.append(plan.selected[np.isin(plan.selected, self.blocks[i])])
                 out.hosts_killed += 1
-                self._revive(i)
+                self._died(i, t, exc)
                 continue
             self.vault.update(status["states"])
             if status["selected"].size:
@@ -346,8 +392,8 @@ class RayExecutor:
             try:
                 ray.get(part)
             except RayError as exc:  # crashed since training: give it its state back, retry
-                log.info("DeviceActor %d failed to evaluate in round %d: %s", i, t, exc)
-                self._revive(i)
+                log.info("DeviceActor %d failed to evaluate in round %d", i, t)
+                self._died(i, t, exc)
                 parts[i] = self.actors[i].evaluate_devices.remote(payload)
         return self.server.device_metrics.remote(*parts)
 
@@ -377,3 +423,8 @@ class RayExecutor:
             ray.kill(self.server)
         if self._owns_ray:
             ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
