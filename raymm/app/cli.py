@@ -80,11 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override applied to every scenario (repeatable)")
     sw.add_argument("--out", default="sweeps", help="folder for runs/ and comparison.{parquet,md}")
     sw.add_argument("--executor", choices=["serial", "ray"], default=None)
-    sw.add_argument("--jobs", type=int, default=1, metavar="N",
+    sw.add_argument("--jobs", type=int, default=None, metavar="N",
                     help="run up to N runs at once, each in its own process with "
                          "max(1, cores // N) OpenMP/BLAS threads (and as many CPUs for an "
                          "embedded Ray); its output goes to runs/<run>.log (default: 1, one "
-                         "after the other in this process)")
+                         "after the other in this process; on a cluster, as many as it holds)")
+    sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="sweep a scenario key over these values (repeatable: the sweep runs "
+                         "the product, with the methods and seeds); each run is named "
+                         "<scenario>_<key><value>... (raymm.app.grid)")
+    sw.add_argument("--address", default=None, metavar="HOST:PORT",
+                    help="run the sweep on this Ray cluster ('auto': RAY_ADDRESS; inside "
+                         "`ray job submit` the cluster is used without it): each run's driver "
+                         "is a Ray actor on a node with room for it and its DeviceActors, "
+                         "and its files come back under --out (docs/cluster.md)")
     sw.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                     help="run each scenario under these methods (preset names), or 'all' for "
                          "every named method that can run on it; same data, rounds, protocol "
@@ -249,7 +258,8 @@ def _sweep(args: argparse.Namespace) -> int:
         comp = run_sweep(args.scenarios, args.seeds, args.overrides, args.out, args.executor,
                          args.budget_gib, args.budget_from,
                          progress=not os.environ.get("RAYMM_NO_PROGRESS"),
-                         methods=args.methods, jobs=args.jobs, plugins=args.plugins)
+                         methods=args.methods, jobs=args.jobs, plugins=args.plugins,
+                         grid=args.grid, address=args.address)
         if comp.runs:
             print(f"comparison written to {args.out}/comparison.{{parquet,md}}")
     else:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raymm.app.plugins import load as load_plugins
+from raymm.app.sweep_cluster import on_cluster, run_on_cluster
 from raymm.app.sweep_exec import Outcome, run_jobs
 from raymm.app.sweep_plan import Action, Job, actions_of, plan_jobs
 from raymm.errors import RaymmError, ScenarioError
@@ -20,12 +21,19 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
               overrides: Sequence[str] = (), out: str | Path = "sweeps",
               executor: str | None = None, budget_gib: float | None = None,
               budget_from: str | None = None, progress: bool = False,
-              methods: Sequence[str] | None = None, jobs: int = 1,
-              plugins: Sequence[str] = ()) -> Comparison:
+              methods: Sequence[str] | None = None, jobs: int | None = None,
+              plugins: Sequence[str] = (), grid: Sequence[str] = (),
+              address: str | None = None) -> Comparison:
     """Run every scenario for every seed (its own seed if `seeds` is empty) under `out/runs/`,
     `jobs` at a time (`raymm.app.sweep_exec`), then write the comparison table of the runs that
     finished under `out/`; the ones that failed are listed in the result's `failed`. With
-    `methods` (names or ["all"]), every scenario runs under each method (`method_scenarios`).
+    `methods` (names or ["all"]), every scenario runs under each method (`method_scenarios`);
+    with `grid` (`key=v1,v2` items, `raymm.app.grid`), under every combination of the values.
+
+    On a Ray cluster (`address`, or RAY_ADDRESS set as inside `ray job submit`) each run's
+    driver runs as a Ray actor on a node with room for it and its DeviceActors, and its files
+    come back under `out/runs/` as it goes (`raymm.app.sweep_cluster`); `jobs` then caps the
+    runs at once (default: as many as the cluster fits).
 
     Every job is validated, and its run directory `out/runs/<name>-seed<seed>` checked, before
     the first run starts, so a typo in the last one does not cost the hours spent on the
@@ -34,17 +42,20 @@ def run_sweep(scenarios: Sequence[str | Path], seeds: Sequence[int] = (),
     (`raymm.app.plugins`); runs in processes of their own load them too.
     """
 
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise RaymmError(f"sweep: --jobs must be at least 1, got {jobs}")
     load_plugins(plugins)
-    planned = plan_jobs(scenarios, seeds, overrides, Path(out) / "runs", methods, executor)
+    planned = plan_jobs(scenarios, seeds, overrides, Path(out) / "runs", methods, executor, grid)
     names = list(dict.fromkeys(job.scenario.name for job in planned))
     if budget_from is not None and budget_from not in names:   # not hours later, at the table
         raise ScenarioError([f"--budget-from: no job runs scenario {budget_from!r}; the "
                              f"sweep's scenarios are: {', '.join(names)}"])
     actions = actions_of(planned)
     todo, failed = _announce(planned, actions)
-    ended = run_jobs(todo, jobs, progress, _Reporter(len(todo)))
+    if on_cluster(address):
+        ended = run_on_cluster(todo, address, jobs, _Reporter(len(todo)), plugins)
+    else:
+        ended = run_jobs(todo, jobs or 1, progress, _Reporter(len(todo)))
     failed += [f"{o.job.label}: {o.error}" + (f" (log: {o.log})" if o.log else "")
                for o in ended if not o.ok]
     ok = {o.job.run_dir for o in ended if o.ok}

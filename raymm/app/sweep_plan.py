@@ -1,7 +1,8 @@
-"""A sweep's jobs: one per (scenario or method variant, seed), each with a run directory it
-can find again, and what a re-run of the sweep does with it.
+"""A sweep's jobs: one per (scenario or method variant, grid point, seed), each with a run
+directory it can find again, and what a re-run of the sweep does with it.
 
-A job's directory is `<root>/<scenario name>-seed<seed>` (its log `<...>.log` next to it), so
+A job's directory is `<root>/<scenario name>-seed<seed>` (a grid point's name carries its
+values: `raymm.app.grid`) (its log `<...>.log` next to it), so
 running the same sweep command again finds every run it started: a finished one is skipped, an
 interrupted one continues from its newest checkpoint, one that never checkpointed starts over.
 A directory that holds a run of another configuration is never reused or overwritten: the sweep
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from raymm.app.build import load_scenario, with_executor
+from raymm.app.grid import GridPoint, grid_name, grid_points
 from raymm.app.variants import method_scenarios
 from raymm.config.schema import Scenario, read_yaml
 from raymm.driver import checkpoint
@@ -46,25 +48,35 @@ class Job:
 
 def plan_jobs(scenarios: Sequence[str | Path], seeds: Sequence[int], overrides: Sequence[str],
               root: Path, methods: Sequence[str] | None = None,
-              executor: str | None = None) -> list[Job]:
-    """Every (scenario or method variant, seed) validated, in sweep order; a method skipped
-    under `--methods all` is printed. Two jobs that would share a directory (the same scenario
-    name and seed) are refused: they would overwrite each other or silently count once."""
+              executor: str | None = None, grid: Sequence[str] = ()) -> list[Job]:
+    """Every (scenario or method variant, grid point, seed) validated, in sweep order; a
+    method skipped under `--methods all` is printed. `grid`: `--grid key=v1,v2` items
+    (`raymm.app.grid`), applied after `overrides`. Two jobs that would share a directory (the
+    same scenario name and seed) are refused: they would overwrite each other or silently
+    count once."""
 
     seed_sets = [[f"seed={s}"] for s in seeds] or [[]]
-    sources: list[tuple[Any, list[str]]] = []
+    points = grid_points(grid)
+    sources: list[tuple[Any, list[str], GridPoint]] = []
     for path in scenarios:
-        if methods:
-            variants, skipped = method_scenarios(path, methods, overrides)
-            for note in skipped:
-                print(f"raymm sweep: skipping {note}")
-            sources += [(v, []) for v in variants]   # a variant already carries the overrides
-        else:
-            sources.append((path, list(overrides)))
+        for point in points:
+            sets = [*overrides, *point.overrides]
+            if methods:
+                variants, skipped = method_scenarios(path, methods, sets)
+                where = f" (at {' '.join(point.overrides)})" if point.overrides else ""
+                for note in skipped:
+                    print(f"raymm sweep: skipping {note}{where}")
+                # a variant already carries the overrides
+                sources += [(v, [], point) for v in variants]
+            else:
+                sources.append((path, sets, point))
     jobs: list[Job] = []
-    for source, sets in sources:
+    for source, sets, point in sources:
         for extra in seed_sets:
-            sc = with_executor(load_scenario(source, [*sets, *extra]), executor)
+            sc = load_scenario(source, [*sets, *extra])
+            if point.suffix:   # validated again under its own name (a name has limits)
+                sc = load_scenario(source, [*sets, *extra, f"name={grid_name(sc.name, point)}"])
+            sc = with_executor(sc, executor)
             jobs.append(Job(sc, root / f"{sc.name}-seed{sc.seed}"))
     seen: dict[Path, Job] = {}
     clashes = []
