@@ -147,10 +147,10 @@ class DeviceActor:
         self.restored = True
 
     def placement(self) -> dict[str, Any]:
-        """Where Ray put this actor: node id and address, the GPU ids it was given, the torch
-        device it trains on, and how many simulated devices it hosts."""
+        """Where Ray put this actor: node id and address, its process id, the GPU ids it was
+        given, the torch device it trains on, and how many simulated devices it hosts."""
         ctx = ray.get_runtime_context()
         ids = np.asarray(self.device_ids)  # answered before `setup` too (a restarted actor)
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-                "gpu_ids": self.gpu_ids, "torch_device": self.device,
+                "pid": os.getpid(), "gpu_ids": self.gpu_ids, "torch_device": self.device,
                 "devices": int(ids.shape[0]), "first_device": int(ids.min()) if ids.size else -1}

@@ -41,7 +41,7 @@ from raymm.models.factory import ModelContext, build_from_factory
 MIB = 2**20
 #: a DeviceActor's proportional set size (PSS) with torch, raymm and Ray loaded and a host of a
 #: tiny model built and warmed up (measured: docs/cluster.md, "Sizing a cluster")
-ACTOR_BASE_MIB = 330
+ACTOR_BASE_MIB = 420
 #: float32 inputs; labels are int64
 INPUT_BYTES, LABEL_BYTES = 4, 8
 KEPT = {"params": 0, "none": 1, "personal": 1, "delta": 2}

@@ -34,7 +34,7 @@ def test_the_estimate_counts_model_copies_states_and_rows():
     assert parts["device states"] == fp.model_bytes * 2 * 6
     assert parts["data rows"] == int(fp.row_bytes * 400 / 12 * 6)
     assert fp.bytes(6) == sum(parts.values()) and fp.bytes(12) > fp.bytes(6)
-    assert "6 device(s): base 330.0 MiB" in fp.describe(6)
+    assert "6 device(s): base 420.0 MiB" in fp.describe(6)
     adam = footprint(load_scenario(tiny_scenario(**{"training.optimizer": "adam"})))
     assert adam is not None and adam.fixed_copies == 6
 
@@ -82,8 +82,8 @@ def test_a_packing_that_cannot_fit_the_memory_is_refused_with_the_numbers():
     with pytest.raises(ResourceError) as err:
         plan_packing(12, 3, ActorSpec(num_cpus=1), {"CPU": 8, "memory": 1 * GIB}, mem)
     text = str(err.value)
-    assert text.startswith("execution: 4 DeviceActor(s) need memory=1.29 GiB (the largest: "
-                           "330.") and "3 device(s): base 330.0 MiB, model" in text
+    assert text.startswith("execution: 4 DeviceActor(s) need memory=1.64 GiB (the largest: "
+                           "420.") and "3 device(s): base 420.0 MiB, model" in text
     assert "but the cluster has memory=1.00 GiB" in text and "\n" not in text
     print(text)
     with pytest.raises(ResourceError, match="1 DeviceActor"):   # auto: even one is too many
@@ -114,7 +114,7 @@ def test_an_actor_killed_for_memory_is_one_line_naming_it():
     assert "\n" not in text
     assert text.startswith("DeviceActor 1 (devices 6-11) was killed for lack of memory in "
                            "round 4 on its node; it held about ")
-    assert "6 device(s): base 330.0 MiB" in text and "Ray's own words: The actor died" in text
+    assert "6 device(s): base 420.0 MiB" in text and "Ray's own words: The actor died" in text
     print(text)
 
 
