@@ -93,6 +93,13 @@ def nodes_of(out: Path) -> dict[str, str]:
     return where
 
 
+def in_flight(out: Path) -> list[str]:
+    """Runs that have brought a checkpoint back and have no summary yet."""
+    runs = out / "runs"
+    return [n for n in NAMES if list((runs / n / "checkpoints").glob("*"))
+            and not (runs / n / "summary.json").exists()] if runs.exists() else []
+
+
 def rounds(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
 
@@ -111,13 +118,14 @@ def run_figures(tmp: Path) -> dict:
         t0 = time.monotonic()
         first = subprocess.Popen(sweep_cmd(out, address), env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        # kill the sweep once some run has brought a checkpoint back and none has finished
+        # kill the sweep as soon as a run has brought a checkpoint back but not finished
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and first.poll() is None:
-            if list((out / "runs").glob("*/checkpoints/*")) if (out / "runs").exists() else []:
+            if in_flight(out):
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
         os.killpg(first.pid, signal.SIGKILL)
+        figures["in_flight_at_kill"] = len(in_flight(out))
         said_first = first.communicate()[0]
         figures["killed_after_s"] = round(time.monotonic() - t0, 1)
         figures["finished_before_kill"] = sum((out / "runs" / n / "summary.json").exists()
@@ -127,6 +135,7 @@ def run_figures(tmp: Path) -> dict:
         figures["two_nodes_total_s"] = round(time.monotonic() - t0, 1)
         assert again.returncode == 0, said_first[-2000:] + again.stdout[-3000:] + \
             again.stderr[-3000:]
+        figures["skipped"] = again.stdout.count("skipping ")
         figures["resumed"] = again.stdout.count("resuming ")
         figures["restarted"] = again.stdout.count("restarting ")
         figures["runs_per_node"] = dict(Counter(nodes_of(out).values()))
@@ -161,8 +170,13 @@ def test_a_grid_sweep_spreads_over_two_nodes_and_survives_being_killed(tmp_path)
     figures = run_figures(tmp_path)
     print("FIGURES " + json.dumps(figures))
     assert len(figures["runs_per_node"]) == 2 and len(figures["clean_runs_per_node"]) == 2
-    assert figures["finished_before_kill"] < 4
-    assert figures["resumed"] >= 1
+    # the restarted sweep skips what finished and continues the rest (a run not started yet
+    # starts quietly), and one seen mid-run resumes from the checkpoint it had brought back;
+    # how far the runs got before the kill depends on the machine's load
+    assert figures["skipped"] == figures["finished_before_kill"] < 4
+    assert figures["resumed"] + figures["restarted"] <= 4 - figures["finished_before_kill"]
+    if figures["in_flight_at_kill"]:
+        assert figures["resumed"] >= 1, figures
 
 
 if __name__ == "__main__":
