@@ -29,13 +29,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from raymm.app import api
 from raymm.app.plugins import child_plugins, search_paths
-from raymm.app.sweep_exec import Outcome, SweepInterrupted, _last_line, child_input
+from raymm.app.sweep_exec import Outcome, _last_line, child_input, run_in_threads
 from raymm.app.sweep_plan import Action, Job
 from raymm.config.strict_yaml import load_yaml
 from raymm.device.footprint import footprint
@@ -82,20 +81,8 @@ def run_on_cluster(todo: Sequence[tuple[Job, Action]], address: str | None, jobs
     print(f"raymm sweep: {len(todo)} run(s) on the cluster, up to {at_once} at once",
           flush=True)
     stopping = threading.Event()
-    pool = ThreadPoolExecutor(at_once, thread_name_prefix="raymm-cluster")
-    futures = {pool.submit(_one, job, action, stopping): i
-               for i, (job, action) in enumerate(todo)}
-    outcomes: list[Outcome | None] = [None] * len(todo)
-    try:
-        for f in as_completed(futures):
-            outcomes[futures[f]] = f.result()
-            report(f.result())
-    except KeyboardInterrupt:
-        stopping.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise SweepInterrupted() from None
-    pool.shutdown(wait=True)
-    return [o for o in outcomes if o is not None]
+    return run_in_threads(todo, lambda job, action: _one(job, action, stopping), report,
+                          at_once, "raymm-cluster", stopping.set)
 
 
 def _one(job: Job, action: Action, stopping: threading.Event) -> Outcome:

@@ -112,6 +112,27 @@ def _run_job(job: Job, action: Action, progress: bool) -> None:
     api.run(job.scenario, resume=resume, run_dir=job.run_dir, progress=progress)
 
 
+def run_in_threads(todo: Sequence[tuple[Job, Action]],
+                   work: Callable[[Job, Action], Outcome], report: Callable[[Outcome], None],
+                   at_once: int, name: str, on_interrupt: Callable[[], None]) -> list[Outcome]:
+    """`work` for every job, up to `at_once` at a time, each outcome reported as it ends and
+    all returned in the order of `todo`; on Ctrl-C, `on_interrupt` (ask the running ones to
+    stop), wait for them, and raise SweepInterrupted."""
+    pool = ThreadPoolExecutor(at_once, thread_name_prefix=name)
+    futures = {pool.submit(work, job, action): i for i, (job, action) in enumerate(todo)}
+    outcomes: list[Outcome | None] = [None] * len(todo)
+    try:
+        for f in as_completed(futures):
+            outcomes[futures[f]] = f.result()
+            report(f.result())
+    except KeyboardInterrupt:
+        on_interrupt()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise SweepInterrupted() from None
+    pool.shutdown(wait=True)
+    return [o for o in outcomes if o is not None]
+
+
 class _ChildPool:
     """Up to `jobs` child processes at once, each waited on by a thread of its own."""
 
@@ -124,20 +145,8 @@ class _ChildPool:
 
     def run(self, todo: Sequence[tuple[Job, Action]],
             report: Callable[[Outcome], None]) -> list[Outcome]:
-        pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="raymm-sweep")
-        futures = {pool.submit(self.run_child, job, action): i
-                   for i, (job, action) in enumerate(todo)}
-        outcomes: list[Outcome | None] = [None] * len(todo)
-        try:
-            for f in as_completed(futures):
-                outcomes[futures[f]] = f.result()
-                report(f.result())
-        except KeyboardInterrupt:
-            self.stop()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise SweepInterrupted() from None
-        pool.shutdown(wait=True)
-        return [o for o in outcomes if o is not None]
+        return run_in_threads(todo, self.run_child, report, self.jobs, "raymm-sweep",
+                              self.stop)
 
     def stop(self) -> None:
         """Ask each running child once to stop after its round (children run in sessions of

@@ -7,6 +7,7 @@ device-local residual adapter that never leaves a device. Each group is one flat
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,7 @@ class ModelOutput:
     personal_logits: Tensor | None = None
 
 
-class RaymmNet(nn.Module):
+class RaymmNet(nn.Module, metaclass=ABCMeta):
     """What raymm trains and exchanges: `forward(inputs, present, use_adapter, split_adapter)`
     gives a `ModelOutput`, `group_of(name)` names the travelling group of a parameter (or
     buffer). `MultimodalNet` is raymm's own; `raymm.models.factory` wraps a user's module."""
@@ -51,12 +52,15 @@ class RaymmNet(nn.Module):
     #: the device-local residual adapter (group `local`), when the model has one
     adapter: nn.Module | None
 
+    @abstractmethod
     def forward(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool = False,
                 split_adapter: bool = False) -> ModelOutput:
-        raise NotImplementedError
+        """Every sensor's input (zeros for a missing one) and the float presence mask
+        `[B, M]` -> the model's output; the flags only matter to a model with an adapter."""
 
+    @abstractmethod
     def group_of(self, param_name: str) -> str:
-        raise NotImplementedError
+        """The travelling group (`sensor:<m>`, `shared`, `local`) of a parameter or buffer."""
 
 
 class MultimodalNet(RaymmNet):

@@ -230,17 +230,10 @@ class UpdateBatch:
                 raise ValueError(f"{group}: a private round's mean is formed with equal "
                                  "weights; an aggregator cannot weight its rows")
             return self.means[group]
-        parts = []
-        if group in self.updates:
-            w = self.group_weights(group) if weights is None else weights
-            parts.append(combine.block_sums(self.updates[group], w,
-                                            self.device_ids[self.senders[group]]))
-        if group in self.partials:
-            if weights is not None:
-                raise ValueError(f"{group}: custom weights need every sender's row, but some "
-                                 "arrived pre-summed (the aggregator declared `combinable`)")
-            p = self.partials[group]
-            parts.append((p.blocks, p.sums, p.weights))
+        if group in self.partials and weights is not None:
+            raise ValueError(f"{group}: custom weights need every sender's row, but some "
+                             "arrived pre-summed (the aggregator declared `combinable`)")
+        parts = self.sums(group, weights)
         return combine.mean_of(parts) if parts else None
 
     def subset(self, keep: np.ndarray) -> UpdateBatch:
