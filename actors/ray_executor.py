@@ -146,7 +146,7 @@ class RayExecutor:
         # (a node lost elsewhere costs devices, not the run)
         self.server = ServerActor.options(  # type: ignore[attr-defined]
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                ray.get_runtime_context().get_node_id(), soft=True), **self._env()).remote()
+                ray.get_runtime_context().get_node_id(), soft=False), **self._env()).remote()
         self.blocks = self.packing.ranges(n)
         self.actors = [self._new_actor(ids) for ids in self.blocks]
 
