@@ -107,6 +107,51 @@ class PartitionSpec(Strict):
     min_samples: int = Field(default=2, ge=1)
 
 
+# --- availability and the simulated clock (issue 32; docs/time.md) -------------------------
+class TraceSpec(Strict):
+    """A device trace: availability intervals (and optionally speed and bandwidth) of real
+    devices; the population's devices are mapped onto its entries, seeded, with replacement
+    when there are more devices than entries. Replaces `availability` patterns."""
+
+    #: raymm (CSV/Parquet table: device, start, end seconds; docs/time.md), flash (FLASH's
+    #: device-state JSON) or fedscale (client_behave_trace pickle, read without pickle.load)
+    format: Literal["raymm", "flash", "fedscale"] = "raymm"
+    #: the trace file (relative paths resolve under $RAYMM_DATA, else the working directory)
+    path: str = Field(min_length=1)
+    #: fedscale only: the client_device_capacity pickle (speed and bandwidth per client)
+    capacity: str | None = None
+    #: take each device's speed and bandwidths from the trace where it gives them
+    hardware: bool = True
+
+
+class ClockSpec(Strict):
+    """How simulated time drives the run. `rounds` (default) is the round-indexed clock: round
+    t reads availability at slot t, and a round's seconds are only added up. `seconds`: one
+    simulated clock; a round starts when the previous ended (later when nobody is available),
+    selection sees who is available then, a device that leaves before its compute and traffic
+    are done loses its update, and the round ends per `round_end`."""
+
+    #: rounds (today's round-indexed availability) or seconds (one simulated clock)
+    mode: Literal["rounds", "seconds"] = "rounds"
+    #: all: the round waits for every participant (or faults.deadline_seconds); kth: it ends
+    #: at the selection.k-th completion, of ceil(k·(1+overcommit)) selected
+    round_end: Literal["all", "kth"] = "all"
+    #: over-commitment o (round_end: kth): select ceil(k·(1+o)), keep the first k to finish
+    overcommit: float = Field(default=0.0, ge=0, le=10)
+    #: also evaluate each time the clock passes a multiple of this many simulated seconds
+    eval_every_seconds: float | None = Field(default=None, gt=0)
+    #: evaluation accuracy whose first simulated time summary.json reports
+    target_accuracy: float | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClockSpec:
+        if self.overcommit and self.round_end != "kth":
+            raise ValueError("overcommit needs round_end: kth (the first k completions kept)")
+        if self.mode == "rounds" and (self.round_end != "all" or self.eval_every_seconds):
+            raise ValueError("round_end: kth and eval_every_seconds need mode: seconds")
+        return self
+
+
 class PopulationSpec(Strict):
     #: number of simulated devices N
     devices: int = Field(default=20, ge=1)
@@ -114,6 +159,11 @@ class PopulationSpec(Strict):
     tiers: list[TierSpec] | None = None
     #: availability patterns and their shares
     availability: list[AvailabilitySpec] = Field(default_factory=lambda: [AvailabilitySpec()])
+    #: availability from a device trace instead of the patterns (docs/time.md)
+    trace: TraceSpec | None = None
+    #: simulated seconds per availability slot: round t of a pattern, or of the round clock
+    #: reading a trace, is the instant (t-1)·slot_seconds
+    slot_seconds: float = Field(default=60.0, gt=0)
     #: hardware profiles and their shares
     hardware: list[HardwareSpec] = Field(default_factory=lambda: [HardwareSpec()])
     #: how the training split is divided over devices
@@ -426,6 +476,8 @@ class Scenario(Strict):
     faults: FaultSpec = FaultSpec()
     #: differential privacy of the uploads (off by default)
     privacy: PrivacySpec = PrivacySpec()
+    #: the simulated clock: round-indexed (default) or seconds (docs/time.md)
+    clock: ClockSpec = ClockSpec()
 
     @property
     def dataset_name(self) -> str:
@@ -438,6 +490,11 @@ class Scenario(Strict):
         out = self.model_dump(mode="json")
         if self.privacy == PrivacySpec():  # unchanged files (and checkpoint digests) when off
             del out["privacy"]
+        if self.clock == ClockSpec():  # the same for the clock and trace keys at their defaults
+            del out["clock"]
+        pop = out["population"]
+        if pop.get("trace") is None and pop.get("slot_seconds") == 60.0:
+            del pop["trace"], pop["slot_seconds"]
         return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from functools import cached_property
 
 import numpy as np
@@ -15,8 +16,13 @@ import numpy as np
 from raymm import seeding
 from raymm.config.limits import shares_problem
 from raymm.config.schema import PopulationSpec, TierSpec
-from raymm.data.base import Dataset
+from raymm.data.base import Dataset, resolve_data_path
 from raymm.errors import ScenarioError
+from raymm.population.availability import (
+    Availability,
+    PeriodicAvailability,
+    TraceAvailability,
+)
 from raymm.population.partition import (
     _flatten,
     _partition,
@@ -25,6 +31,7 @@ from raymm.population.partition import (
     partition_problems,
     split_flat,
 )
+from raymm.population.traces import Trace, load_trace, map_devices
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,12 @@ class Population:
     down_bps: np.ndarray              # float [n]: downlink bytes/s
     data_offsets: np.ndarray          # int [n+1]: device i's samples are
     data_indices: np.ndarray          # data_indices[data_offsets[i]:data_offsets[i+1]]
+    # availability on the seconds axis (raymm.population.availability; docs/time.md): a
+    # trace's entries (`trace`, `trace_entry[i]` device i's) replace the periodic columns;
+    # `slot_seconds` is the length of one slot (one round of the round clock)
+    trace: Trace | None = None
+    trace_entry: np.ndarray | None = None
+    slot_seconds: float = 60.0
     # each device's own test part (population.local_test_fraction), indices into the same
     # training split; empty (all offsets 0) when devices keep all their samples for training
     test_offsets: np.ndarray | None = None
@@ -73,11 +86,39 @@ class Population:
 
     def online(self, t: int, devices: np.ndarray | None = None) -> np.ndarray:
         """a_i[t] = 1[(t + φ_i) mod D_i < d_i], vectorised over `devices` (default: all).
+        With a trace: available at the instant (t-1)·slot_seconds (the round clock; under
+        clock.mode: seconds the server reads `availability` at its own clock instead).
 
         A run of consecutive ids (what a host holds) is read as slices of the columns, not
         gathered: a million-device host polls without three 1M-element copies."""
         idx = _as_slice(devices, self.n)
+        if self.trace is not None:
+            ids = np.arange(self.n)[idx] if isinstance(idx, slice) else idx
+            return self.availability.available((t - 1) * self.slot_seconds, ids)
         return (t + self.phase[idx]) % self.period[idx] < self.online_len[idx]
+
+    @cached_property
+    def availability(self) -> Availability:
+        """Availability in simulated seconds (the API in raymm.population.availability)."""
+        if self.trace is not None and self.trace_entry is not None:
+            return TraceAvailability(self.trace, self.trace_entry)
+        return PeriodicAvailability(self.period, self.online_len, self.phase, self.slot_seconds)
+
+    def compute_seconds(self, devices: np.ndarray, epochs: int, flops_per_sample: float
+                        ) -> np.ndarray:
+        """float64 [n]: simulated local-training seconds of `devices` (epochs × samples ×
+        FLOPs per sample / speed; the formula of raymm.protocol.traffic.compute_seconds)."""
+        ids = np.asarray(devices, np.int64)
+        return epochs * self.num_samples[ids].astype(np.float64) * flops_per_sample / (
+            self.gflops[ids].astype(np.float64) * 1e9)
+
+    def traffic_seconds(self, devices: np.ndarray, bytes_down: np.ndarray | int,
+                        bytes_up: np.ndarray | int) -> np.ndarray:
+        """float64 [n]: seconds to receive `bytes_down` and send `bytes_up` over each device's
+        bandwidths (raymm.protocol.traffic.comm_seconds)."""
+        ids = np.asarray(devices, np.int64)
+        return np.asarray(bytes_down, np.float64) / self.down_bps[ids].astype(np.float64) \
+            + np.asarray(bytes_up, np.float64) / self.up_bps[ids].astype(np.float64)
 
     def held(self, device: int) -> tuple[str, ...]:
         return tuple(m for m, h in zip(self.sensors, self.sensor_mask[device]) if h)
@@ -187,6 +228,8 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     period, online_len = clocks[pattern, 0], clocks[pattern, 1]
     phase = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "phase").integers(0, period)
 
+    trace_cols = _trace_columns(spec, n, seed)
+
     hw = spec.hardware
     hardware = _assign(split_counts(n, [h.fraction for h in hw]),
                        seeding.rng(seed, seeding.SETUP, seeding.SERVER, "hardware"))
@@ -199,6 +242,11 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     gflops = np.array([h.gflops for h in hw])[hardware] * spread("speed")
     up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8 * spread("uplink")
     down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
+
+    if trace_cols:  # a trace's own speed and bandwidths, where it gives them
+        trace, entry = trace_cols["trace"], trace_cols["trace_entry"]
+        if spec.trace is not None and spec.trace.hardware:
+            gflops, up, down = _trace_hardware(trace, entry, gflops, up, down)
 
     offsets, flat = _partition(spec, dataset, seed)
     if spec.local_test_fraction is not None:
@@ -222,4 +270,31 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         phase=phase.astype(np.int32), hardware=hardware.astype(np.int16),
         hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
         up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
-        data_offsets=offsets, data_indices=flat.astype(index_dtype), **tests)
+        data_offsets=offsets, data_indices=flat.astype(index_dtype),
+        slot_seconds=float(spec.slot_seconds), **trace_cols, **tests)
+
+
+def _trace_columns(spec: PopulationSpec, n: int, seed: int) -> dict[str, Any]:
+    """{trace, trace_entry} of a population with `population.trace` (else empty): the trace
+    loaded from its file and each device's entry (`traces.map_devices`)."""
+    if spec.trace is None:
+        return {}
+    ts = spec.trace
+    trace = load_trace(ts.format, resolve_data_path(ts.path),
+                       None if ts.capacity is None else resolve_data_path(ts.capacity))
+    return {"trace": trace, "trace_entry": map_devices(n, trace, seed)}
+
+
+def _trace_hardware(trace: Trace, entry: np.ndarray, gflops: np.ndarray, up: np.ndarray,
+                    down: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Speed (a factor on the profile's GFLOP/s) and bandwidths (Mbit/s) from the trace where
+    its entries give them; the profile's values elsewhere."""
+    def pick(column: np.ndarray | None, base: np.ndarray, scale: float,
+             factor: bool) -> np.ndarray:
+        if column is None:
+            return base
+        v = column[entry]
+        return np.where(np.isfinite(v), base * v if factor else v * scale, base)
+
+    return (pick(trace.speed, gflops, 1.0, True), pick(trace.up_mbps, up, 1e6 / 8, False),
+            pick(trace.down_mbps, down, 1e6 / 8, False))
