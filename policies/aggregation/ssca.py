@@ -53,7 +53,9 @@ class SSCAParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kappa: float = Field(default=0.7, gt=0, le=1)        # retention ratio of top-κ
     clusters: int = Field(default=5, ge=1)               # K
-    pi: float = Field(default=0.9, gt=0, lt=1)           # consistency threshold π, in (0, 1)
+    #: consistency threshold π, in (0, 1]; 1 never merges across clusters (each cluster
+    #: keeps its own consensus everywhere: the "no merging" arm of the clustered study)
+    pi: float = Field(default=0.9, gt=0, le=1)
     lambda_merge: float = Field(default=0.9, gt=0, le=1)
     eps: float = Field(default=1e-12, gt=0)
     #: s_min: at most ⌊senders / s_min⌋ clusters, so a cluster holds about s_min devices
@@ -61,6 +63,11 @@ class SSCAParams(BaseModel):
     #: coherent: a cluster model is rebuilt from its members' own bases (docs/methods/fedmchain.md);
     #: matched: the matched model plus the merged update (the paper's update)
     bases: Literal["coherent", "matched"] = "coherent"
+    #: every_sync: every sender takes the cluster KMeans gives it at each sync (the paper);
+    #: once: a sender keeps the model index of its first clustering in the branch, and only
+    #: senders never clustered take their KMeans cluster's index (measured on the clustered
+    #: benchmark: near convergence the update signs are noise and re-clustering mixes groups)
+    reassign: Literal["every_sync", "once"] = "every_sync"
 
 
 # ------------------------------------------------------------------ the steps, as functions
@@ -280,7 +287,9 @@ def consistency(cons: np.ndarray, pi: float, eps: float
     p = np.clip(cons, 0, None).sum(axis=0)
     n = np.clip(-cons, 0, None).sum(axis=0)
     rho = np.maximum(p, n) / (p + n + eps)
-    return rho, rho >= pi, np.sign(p - n)
+    # π = 1: no merging, also where rounding makes ρ exactly 1
+    mu = rho >= pi if pi < 1 else np.zeros(rho.shape, bool)
+    return rho, mu, np.sign(p - n)
 
 
 def merge(cons: np.ndarray, alpha: np.ndarray, mu: np.ndarray, d: np.ndarray, eps: float
@@ -341,6 +350,11 @@ def ssca_step(deltas: np.ndarray, weights: np.ndarray, models: np.ndarray,
     k = cluster_count(deltas.shape[0], p.clusters, p.min_cluster_size)
     labels = cluster_signs(sparse, k, random_state)
     target = match_clusters(labels, previous, models.shape[0])
+    if p.reassign == "once" and (previous >= 0).any():
+        # returning senders stay on their model: the clusters are the models' member sets
+        index = np.where(previous >= 0, previous, target[labels])
+        target, labels = np.unique(index, return_inverse=True)
+        labels = labels.astype(np.int64)
     if base_rows is None:
         base_rows = ((bases, np.arange(deltas.shape[0])) if bases is not None
                      else (models, np.maximum(previous, 0)))

@@ -99,8 +99,11 @@ class HardwareSpec(Strict):
 
 
 class PartitionSpec(Strict):
-    #: dirichlet label skew, iid, or one device per data group (e.g. subject)
-    kind: Literal["dirichlet", "iid", "by_group"] = "dirichlet"
+    #: dirichlet label skew, iid, one device per data group (e.g. subject), or grouped: the
+    #: devices split evenly over the data's G groups (device d in group ⌊d·G/N⌋, recorded in
+    #: devices.parquet) and each group's samples split over its devices by the Dirichlet rule
+    #: (alpha, min_samples), e.g. the synthetic data's label groups
+    kind: Literal["dirichlet", "iid", "by_group", "grouped"] = "dirichlet"
     #: Dirichlet concentration (smaller = more skewed labels)
     alpha: float = Field(default=0.5, gt=0)
     #: devices below this are topped up from the largest devices

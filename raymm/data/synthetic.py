@@ -11,11 +11,12 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from raymm.data.base import DataFacts, Dataset, Split, register_dataset
 
 _LABELS_KEY = "__labels__"
+_GROUPS_KEY = "__groups__"
 
 
 class SensorSpec(BaseModel):
@@ -74,6 +75,13 @@ def _sensor_split(rng: np.random.Generator, signal: np.ndarray, y: np.ndarray) -
     return out
 
 
+def group_labels(y: np.ndarray, group: np.ndarray, classes: int, groups: int) -> np.ndarray:
+    """The label group g gives class y: (y + g·⌊classes/groups⌋) mod classes. Every group
+    pair disagrees on every class (the shifts differ by less than `classes`), so a model fit
+    to one group is wrong on every sample of another: updates conflict by construction."""
+    return ((y + group * (classes // groups)) % classes).astype(np.int64)
+
+
 @register_dataset("synthetic")
 class SyntheticLoader:
     """Loader for `dataset: {name: synthetic}`."""
@@ -84,6 +92,20 @@ class SyntheticLoader:
         n_train: int = Field(2000, ge=1)
         n_test: int = Field(500, ge=1)
         sensors: dict[str, SensorSpec] = Field(default_factory=_default_sensors, min_length=1)
+        #: G label groups whose updates conflict by construction: every sample is drawn into
+        #: a group g (uniformly, seeded) and labelled with its class shifted by g·⌊classes/G⌋
+        #: (mod classes), so the same inputs mean a different class in every group; `Split.group`
+        #: holds g (`population.partition.kind: grouped` gives each device one group's
+        #: samples). 1: no groups, the arrays of a scenario without the key
+        groups: int = Field(1, ge=1)
+
+        @model_validator(mode="after")
+        def _check_groups(self) -> SyntheticLoader.Params:
+            if self.groups > self.classes:
+                raise ValueError(f"groups: {self.groups} label groups need at least as many "
+                                 f"classes (got {self.classes}): a group's label shift "
+                                 "g·⌊classes/groups⌋ must differ for every group")
+            return self
 
     def sensors(self, params: BaseModel) -> tuple[str, ...]:
         assert isinstance(params, self.Params)
@@ -94,7 +116,7 @@ class SyntheticLoader:
 
     def facts(self, params: BaseModel) -> DataFacts:
         assert isinstance(params, self.Params)
-        return DataFacts(params.n_train, None, {
+        return DataFacts(params.n_train, params.groups if params.groups > 1 else None, {
             m: (s.dim,) if s.length is None else (s.length, s.dim)
             for m, s in params.sensors.items()}, params.classes)
 
@@ -110,12 +132,19 @@ class SyntheticLoader:
             signal = _class_signal(rng, spec, params.classes)
             x_train[name] = _sensor_split(rng, signal, y_train)
             x_test[name] = _sensor_split(rng, signal, y_test)
+        g_train = g_test = None
+        if params.groups > 1:  # its own stream: the inputs above are those of groups: 1
+            grp = _rng(seed, _GROUPS_KEY)
+            g_train = grp.integers(0, params.groups, params.n_train)
+            g_test = grp.integers(0, params.groups, params.n_test)
+            y_train = group_labels(y_train, g_train, params.classes, params.groups)
+            y_test = group_labels(y_test, g_test, params.classes, params.groups)
         return Dataset(
             name="synthetic",
             sensors=tuple(params.sensors),
             num_classes=params.classes,
-            train=Split(x=x_train, y=y_train),
-            test=Split(x=x_test, y=y_test),
+            train=Split(x=x_train, y=y_train, group=g_train),
+            test=Split(x=x_test, y=y_test, group=g_test),
             class_names=tuple(str(c) for c in range(params.classes)),
             meta={"informativeness": {k: s.informativeness for k, s in params.sensors.items()}},
         )

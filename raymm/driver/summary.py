@@ -85,6 +85,8 @@ def devices_table(pop: Population, obs: dict[str, np.ndarray] | None = None) -> 
         "hardware": [pop.hardware_names[h] for h in pop.hardware],
         "gflops": pop.gflops, "samples": pop.num_samples,
     }
+    if pop.data_group is not None:  # partition.kind: grouped
+        table["group"] = pop.data_group
     if obs is not None:
         table["times_selected"] = obs["times_selected"]
         table["times_online"] = obs["times_online"]

@@ -26,6 +26,7 @@ from raymm.population.availability import (
 from raymm.population.partition import (
     _flatten,
     _partition,
+    device_groups,
     local_split,
     local_split_problem,
     partition_problems,
@@ -64,6 +65,10 @@ class Population:
     # training split; empty (all offsets 0) when devices keep all their samples for training
     test_offsets: np.ndarray | None = None
     test_indices: np.ndarray | None = None
+    # int [n]: the data group of each device (`partition.kind: grouped`); None otherwise.
+    # Ground truth for diagnostics (devices.parquet, per-group accuracy, clusters' ARI), never
+    # shown to a policy
+    data_group: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -207,8 +212,8 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     n = spec.devices
     sensors = dataset.sensors
     problems = tier_problems(spec.tiers, n, sensors, dataset.name)
-    groups = None  # read only by a by_group partition
-    if spec.partition.kind == "by_group" and dataset.train.group is not None:
+    groups = None  # read only by a by_group or grouped partition
+    if spec.partition.kind in ("by_group", "grouped") and dataset.train.group is not None:
         groups = int(np.unique(dataset.train.group).shape[0])
     problems += partition_problems(spec, len(dataset.train), groups)
     if problems:
@@ -261,6 +266,9 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         offsets, flat = _flatten(parts)
         test_offsets, test_flat = _flatten(test_parts)
         tests = {"test_offsets": test_offsets, "test_indices": test_flat.astype(index_dtype)}
+    if spec.partition.kind == "grouped":
+        assert groups is not None
+        tests["data_group"] = device_groups(n, groups)
     return Population(
         sensors=sensors, sensor_mask=mask, tier=tier.astype(np.int32), tier_sensors=tier_sensors,
         pattern=pattern.astype(np.int16), pattern_names=tuple(a.pattern if a.pattern != "custom"

@@ -1,5 +1,6 @@
 """How the training samples are split over devices: Dirichlet label skew, iid, one device
-per group, a local test part per device; and what a partition refuses, from sizes alone.
+per group, devices split over the data's groups, a local test part per device; and what a
+partition refuses, from sizes alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ def partition_problems(spec: PopulationSpec, n_train: int, groups: int | None) -
     if p.kind == "iid" and n > n_train:
         return [f"population.devices: {n} devices but only {n_train} training samples: an iid "
                 f"partition would leave {n - n_train} device(s) without a sample"]
+    if p.kind == "grouped":
+        if groups is None:
+            return ["population.partition.kind: grouped needs a dataset with groups (e.g. "
+                    "dataset.groups for the synthetic data)"]
+        if n < groups or n * p.min_samples > n_train:
+            return [f"population.devices: a grouped partition needs at least one device per "
+                    f"group ({groups} groups) and devices × min_samples ≤ the {n_train} "
+                    f"training samples; got {n} devices × {p.min_samples}"]
     if p.kind == "by_group":
         if groups is None:
             return ["population.partition.kind: by_group needs a dataset with groups"]
@@ -67,9 +76,15 @@ def dirichlet_partition(y: np.ndarray, n_devices: int, alpha: float, min_samples
 
 
 def dirichlet_flat(y: np.ndarray, n_devices: int, alpha: float, min_samples: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                   rng: np.random.Generator, keep_all: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """`dirichlet_partition` as (offsets [n+1], indices): device d's sorted samples are
-    indices[offsets[d]:offsets[d+1]]. One flat array, never a million small ones."""
+    indices[offsets[d]:offsets[d+1]]. One flat array, never a million small ones.
+
+    A sample whose class cut rounds past the last device belongs to nobody, and the top-up
+    counts that nobody as a device below the minimum (it is given up to `min_samples` samples
+    more, dropped too). `keep_all` gives such samples to the last device instead (the grouped
+    partition); off, the arrays every existing scenario was run with."""
     if n_devices * min_samples > y.shape[0]:
         raise ScenarioError([dirichlet_size_problem(n_devices, min_samples, y.shape[0])])
     owner = np.empty(y.shape[0], dtype=np.int64)
@@ -79,6 +94,8 @@ def dirichlet_flat(y: np.ndarray, n_devices: int, alpha: float, min_samples: int
         props = rng.dirichlet(np.full(n_devices, alpha))
         cuts = (np.cumsum(props) * idx.shape[0]).astype(np.int64)
         owner[idx] = np.searchsorted(cuts, np.arange(idx.shape[0]), side="right")
+    if keep_all:
+        np.minimum(owner, n_devices - 1, out=owner)
     _top_up(owner, n_devices, min_samples, rng)
     # a stable sort by owner keeps each device's samples in ascending order: already sorted.
     # A sample whose cut rounded past the last device (owner == n_devices) belongs to nobody.
@@ -187,6 +204,30 @@ def group_flat(groups: np.ndarray | None, n_devices: int) -> tuple[np.ndarray, n
     return bounds.astype(np.int64), order
 
 
+def device_groups(n_devices: int, groups: int) -> np.ndarray:
+    """int [n]: the data group of each device of a grouped partition, ⌊d·G/N⌋ (contiguous
+    blocks whose sizes differ by at most one)."""
+    return (np.arange(n_devices, dtype=np.int64) * groups // n_devices).astype(np.int64)
+
+
+def grouped_flat(y: np.ndarray, groups: np.ndarray | None, n_devices: int, alpha: float,
+                 min_samples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, indices): group g's samples split over the devices `device_groups` puts in g
+    with per-class Dirichlet(alpha) proportions (`dirichlet_flat`), group after group from
+    one generator; a device holds samples of its own group only."""
+    if groups is None:
+        raise ScenarioError(["population.partition.kind: grouped needs a dataset with groups"])
+    uniq = np.unique(groups)
+    owner = device_groups(n_devices, uniq.shape[0])
+    parts: list[np.ndarray] = []
+    for g, value in enumerate(uniq.tolist()):
+        rows = np.flatnonzero(groups == value)
+        devs = int((owner == g).sum())
+        off, idx = dirichlet_flat(y[rows], devs, alpha, min_samples, rng, keep_all=True)
+        parts += [rows[idx[off[d]:off[d + 1]]] for d in range(devs)]
+    return _flatten(parts)
+
+
 def local_split(parts: list[np.ndarray], test_fraction: float, seed: int
                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each device's samples -> (train, test), round(fraction * n) of them in test, drawn from
@@ -215,4 +256,7 @@ def _partition(spec: PopulationSpec, dataset: Dataset, seed: int
         return dirichlet_flat(dataset.train.y, spec.devices, p.alpha, p.min_samples, r)
     if p.kind == "iid":
         return iid_flat(len(dataset.train), spec.devices, r)
+    if p.kind == "grouped":
+        return grouped_flat(dataset.train.y, dataset.train.group, spec.devices, p.alpha,
+                            p.min_samples, r)
     return group_flat(dataset.train.group, spec.devices)

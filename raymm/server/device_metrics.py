@@ -11,6 +11,8 @@ metrics below, so serial and Ray runs compute the same numbers from the same cou
   present, the others zeroed (every client, also those that lack m, as the FedMChain paper
   defines it; docs/methods/fedmchain.md);
 - `mir`: max_m ACC̄^(m) / min_m ACC̄^(m) (inf when some ACC̄^(m) is 0);
+- `acc_group/<g>`: with a grouped partition (`Population.data_group`), the mean over group g's
+  devices (the groups are ground truth: shown in the row, never to a policy);
 - `acc_<name>`: for each other predictor the objective offers (`eval_predict`, e.g. FedProto's
   nearest prototype, `acc_proto`), the mean over the devices it predicted for.
 """
@@ -38,8 +40,10 @@ def merge_evals(parts: list[DeviceEval]) -> DeviceEval:
 
 def device_metrics(parts: list[DeviceEval], tier: np.ndarray,
                    tier_sensors: tuple[tuple[str, ...], ...],
-                   sensors: tuple[str, ...]) -> dict[str, Any]:
-    """ACC, per-tier ACC, ACC_m, per-sensor ACC̄^(m) and MIR from the hosts' counts."""
+                   sensors: tuple[str, ...], group: np.ndarray | None = None
+                   ) -> dict[str, Any]:
+    """ACC, per-tier ACC, ACC_m, per-sensor ACC̄^(m) and MIR from the hosts' counts (and
+    per-group ACC given each device's data `group`)."""
     ev = merge_evals(parts)
     ok = ev.n_test > 0
     n = np.maximum(ev.n_test, 1)
@@ -53,6 +57,10 @@ def device_metrics(parts: list[DeviceEval], tier: np.ndarray,
         out[f"acc_tier/{'+'.join(ts)}"] = _mean(acc[ok & (dev_tier == k)])
     multi = np.array([len(tier_sensors[k]) > 1 for k in dev_tier], dtype=bool)
     out["acc_multimodal"] = _mean(acc[ok & multi])
+    if group is not None:
+        dev_group = group[ev.device_ids]
+        for g in np.unique(group).tolist():
+            out[f"acc_group/{g}"] = _mean(acc[ok & (dev_group == g)])
     per = [_mean(ev.correct_only[ok, j] / n[ok]) for j in range(len(sensors))]
     for m, a in zip(sensors, per):
         out[f"acc_sensor/{m}"] = a
@@ -75,3 +83,34 @@ def modality_imbalance_ratio(per_sensor: list[float]) -> float:
 
 def _mean(x: np.ndarray) -> float:
     return float(x.mean()) if x.size else float("nan")
+
+
+def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
+    """The adjusted Rand index of two labellings of the same items (Hubert and Arabie): 1 for
+    the same partition up to renaming, about 0 for independent ones; 1 when both put every
+    item in one cluster (nothing to tell apart)."""
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    table = np.zeros((ia.max(initial=0) + 1, ib.max(initial=0) + 1), np.float64)
+    np.add.at(table, (ia, ib), 1.0)
+
+    def pairs(x: np.ndarray) -> float:
+        return float((x * (x - 1) / 2).sum())
+
+    index, rows, cols = pairs(table), pairs(table.sum(axis=1)), pairs(table.sum(axis=0))
+    total = pairs(np.array([float(a.shape[0])]))
+    expected = rows * cols / total if total > 0 else 0.0
+    best = (rows + cols) / 2
+    if best == expected:
+        return 1.0
+    return (index - expected) / (best - expected)
+
+
+def cluster_recovery(assignment: dict[str, np.ndarray], senders: dict[str, np.ndarray],
+                     truth: np.ndarray) -> dict[str, float]:
+    """`ssca/ari`: the adjusted Rand index between the clusters a round's senders adopted
+    (`ClusterModels.assignment`) and their true data groups, the mean over the groups of
+    parameters synced (senders: device ids per parameter group)."""
+    aris = [adjusted_rand_index(assignment[g][ids], truth[ids])
+            for g, ids in senders.items() if g in assignment and ids.shape[0] > 1]
+    return {"ssca/ari": float(np.mean(aris))} if aris else {}
