@@ -352,6 +352,18 @@ class RayExecutor:
         stats.row["actors_killed"] = out.hosts_killed
         return stats
 
+    def train_now(self, plan: Any, bcast: Any) -> list[Any]:
+        """Train `plan`'s devices now, one call per DeviceActor holding some, and return the
+        results (the asynchronous loop, `raymm.sim.async_loop`); their states go to the vault.
+        A DeviceActor that dies here stops the run (no revival mid-flight yet)."""
+        plan_ref, bcast_ref = ray.put(plan), ray.put(bcast)
+        busy = [i for i, ids in enumerate(self.blocks) if np.isin(plan.selected, ids).any()]
+        calls = [self.actors[i].train.remote(plan_ref, bcast_ref, False, None) for i in busy]
+        got = ray.get([c[0] for c in calls] + [c[1] for c in calls])
+        for status in got[:len(calls)]:
+            self.vault.update(status["states"])
+        return got[len(calls):]
+
     def _revive(self, i: int) -> None:
         """Give a (restarted or, past max_restarts, replaced) actor its host and its devices'
         state back (a restart re-runs the constructor only)."""

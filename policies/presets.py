@@ -126,6 +126,17 @@ PRESETS["fedproto"] = {
 for _name in ("fedadam", "fedyogi", "fedadagrad"):
     PRESETS[_name] = deep_merge(PRESETS["fedavg"], {"aggregation": {"name": _name}})
 
+# Asynchronous aggregation on a simulated clock (raymm.sim.async_loop; docs/methods/async.md):
+# C devices in flight, random among the available ones when a slot frees; `rounds` counts
+# server steps. FedBuff: a step every M arrivals, stale updates discounted by 1/sqrt(1+s).
+# FedAsync: every arrival mixed in with weight alpha*(1+s)^-0.5.
+PRESETS["fedbuff"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
+    "name": "fedbuff", "concurrency": 10, "buffer": 5, "server_lr": 1.0, "staleness": "poly",
+    "staleness_a": 0.5}})
+PRESETS["fedasync"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
+    "name": "fedasync", "concurrency": 10, "alpha": 0.6, "staleness": "poly",
+    "staleness_a": 0.5}})
+
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
 METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
                 "fedproto", "fedadam", "fedyogi", "fedadagrad"])

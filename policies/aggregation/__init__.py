@@ -2,7 +2,9 @@
 
 from policies.aggregation import (  # noqa: F401  (import registers)
     delta_mean,
+    fedasync,
     fedavg,
+    fedbuff,
     fedopt,
     fedproto,
     harmony,

@@ -32,6 +32,7 @@ from raymm.protocol.registry import (
 )
 from raymm.protocol.seams import Objective
 from raymm.server.server import Policies
+from raymm.sim.async_loop import AsyncExecutor
 from raymm.sim.engine import Executor, World
 from raymm.sim.serial import SerialExecutor
 
@@ -103,7 +104,15 @@ def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Ob
 
 def make_executor(sc: Scenario) -> Executor:
     """Where the rounds run: in this process (`serial`) or in Ray actors (`ray`), which get
-    the run's plugin modules (`plugins.worker_code`)."""
+    the run's plugin modules (`plugins.worker_code`). An asynchronous aggregator (FedBuff,
+    FedAsync) runs its event loop around either (`raymm.sim.async_loop`)."""
+    inner = _plain_executor(sc)
+    if getattr(AGGREGATORS.get(sc.aggregation.name), "asynchronous", False):
+        return AsyncExecutor(inner)
+    return inner
+
+
+def _plain_executor(sc: Scenario) -> Executor:
     if sc.execution.executor == "serial":
         dpa = sc.execution.devices_per_actor
         return SerialExecutor(None if dpa == "auto" else int(dpa))

@@ -78,7 +78,10 @@ def drive(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
             progress.say_faults(row, bar)
             return stop.requested or early_stop
 
-        last = run_rounds(ex, sc, first, on_round)
+        # an asynchronous run (raymm.sim.async_loop) drives its own events
+        own = getattr(ex, "run_rounds", None)
+        last = own(sc, first, on_round, writer.tb) if own is not None \
+            else run_rounds(ex, sc, first, on_round)
     if bar is not None:
         bar.close()
     wall = wall_before + time.perf_counter() - t0

@@ -37,6 +37,9 @@ def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last
     writer.end_pictures(world.population, sc.rounds)
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
     summary["ended"] = ended
+    extra = getattr(ex, "summary", None)  # an asynchronous run's staleness, wasted work
+    if extra is not None:
+        summary.update(extra(writer.rows))
     if len(summary.get("phase_order", ())) > 1:
         writer.add_text("phase_order", " → ".join(summary["phase_order"]))
     writer.write_summary(summary)

@@ -15,7 +15,7 @@ from raymm.config.schema import Scenario
 from raymm.device.lockstep_host import make_host
 from raymm.device.torch_device import choose_torch_device
 from raymm.population.faults import host_kills
-from raymm.protocol.messages import Broadcast, OnlineReport, RoundPlan
+from raymm.protocol.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.protocol.record import RoundRecord
 from raymm.server.server import Server
 from raymm.sim.allocator import keep_freed_memory
@@ -71,6 +71,11 @@ class SerialExecutor:
             else:
                 out.results.append(host.train(plan, bcast))
         return out
+
+    def train_now(self, plan: RoundPlan, bcast: Broadcast) -> list[HostResult]:
+        """Train `plan`'s devices now and return the hosts' results (the asynchronous loop,
+        `raymm.sim.async_loop`: no fault injection of hosts)."""
+        return [h.train(plan, bcast) for h in self.hosts if h.selected(plan).size]
 
     def aggregate(self, t: int, planned: tuple[RoundPlan, Broadcast],
                   trained: Trained) -> RoundRecord:

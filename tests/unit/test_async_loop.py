@@ -1,0 +1,181 @@
+"""Asynchronous aggregation (raymm.sim.async_loop, FedBuff, FedAsync): the server steps'
+arithmetic, the event order, the books in a checkpoint, and whole runs on the serial executor
+(same seed, same numbers; a run resumed with updates in flight ends where an uninterrupted one
+does)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from policies.aggregation.fedasync import FedAsync, FedAsyncParams
+from policies.aggregation.fedbuff import FedBuff, FedBuffParams
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.driver.checkpoint import load
+from raymm.errors import ScenarioError
+from raymm.io import statefile
+from raymm.protocol.asynchrony import Arrivals, discount
+from raymm.sim.async_loop import WAKE, AsyncBook, Flight, Result
+from raymm.sim.serial import SerialExecutor
+
+from helpers import resume_from_round_3, tiny_scenario
+
+
+def async_scenario(method="fedbuff", **kw):
+    """Slow devices (tens of simulated seconds per update) on 60-second availability slots,
+    a third of them offline one slot in three: updates go stale and some devices leave."""
+    agg = {"name": "fedbuff", "concurrency": 6, "buffer": 3} if method == "fedbuff" \
+        else {"name": "fedasync", "concurrency": 4}
+    return tiny_scenario(**{
+        "method": method, "rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
+        "aggregation": agg, "execution.devices_per_actor": 6,
+        "population.hardware": [{"gflops": 3e-6, "jitter": 0.6}], **kw})
+
+
+def table(run_dir):
+    return pd.read_parquet(run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
+
+
+def assert_same_run(a, b):
+    for g in a.params:
+        assert np.array_equal(a.params[g], b.params[g]), g
+    pd.testing.assert_frame_equal(table(a.run_dir), table(b.run_dir), check_exact=True)
+
+
+# --- the arithmetic ---------------------------------------------------------------------------
+def arrivals(trained, bases, staleness, samples):
+    trained = np.asarray(trained, np.float32)
+    return Arrivals(np.arange(len(trained), dtype=np.int64), np.asarray(samples, np.int64),
+                    np.asarray(staleness, np.int64), {"g": trained},
+                    {"g": trained - np.asarray(bases, np.float32)},
+                    {"g": np.arange(len(trained), dtype=np.int64)})
+
+
+def test_discounts():
+    s = np.array([0, 3, 8])
+    assert np.allclose(discount("poly", s), 1 / np.sqrt(1 + s))
+    assert np.allclose(discount("constant", s), 1)
+    assert np.allclose(discount("hinge", s, a=0.5, b=4), [1, 1, 1 / (0.5 * 4 + 1)])
+
+
+def test_fedbuff_step_is_the_discounted_weighted_mean_delta():
+    x = {"g": np.array([1.0, 2.0], np.float32)}
+    arr = arrivals([[2, 2], [1, 4], [0, 0]], [[1, 2], [1, 2], [2, 2]], [0, 3, 1], [10, 30, 20])
+    new = FedBuff(FedBuffParams(concurrency=4, buffer=3, server_lr=0.5)).apply(x, arr)
+    f = 1 / np.sqrt(1 + np.array([0, 3, 1]))
+    w = np.array([10, 30, 20])
+    d = np.array([[1, 0], [0, 2], [-2, -2]])
+    assert np.allclose(new["g"], x["g"] + 0.5 * (w * f) @ d / w.sum())
+    assert new["g"].dtype == np.float32
+
+
+def test_fedbuff_without_staleness_is_fedavg():
+    x = {"g": np.array([1.0, 2.0], np.float32)}
+    trained = [[2, 2], [1, 4], [0, 0]]
+    arr = arrivals(trained, [x["g"]] * 3, [0, 0, 0], [10, 30, 20])
+    new = FedBuff(FedBuffParams(concurrency=3, buffer=3)).apply(x, arr)
+    assert np.allclose(new["g"], np.average(trained, axis=0, weights=[10, 30, 20]))
+
+
+def test_fedasync_mixes_each_arrival():
+    x = {"g": np.array([1.0, 2.0], np.float32), "other": np.array([5.0], np.float32)}
+    arr = arrivals([[3, 3]], [[0, 0]], [3], [7])
+    new = FedAsync(FedAsyncParams(alpha=0.6)).apply(x, arr)
+    a = 0.6 / np.sqrt(4)
+    assert np.allclose(new["g"], (1 - a) * x["g"] + a * np.array([3, 3]))
+    assert new["other"] is x["other"]  # a group nobody sent keeps its vector
+
+
+# --- the books ---------------------------------------------------------------------------------
+def test_events_in_time_order_ties_by_device_id():
+    book = AsyncBook(flight={5: Flight(0, 0.0, 10.0, np.inf, 1, 1),
+                             2: Flight(0, 0.0, 10.0, np.inf, 1, 1),
+                             9: Flight(0, 0.0, 30.0, 4.0, 1, 1)},   # leaves at 4 s
+                     wakes=[12.0])
+    import heapq
+    h = book.heap()
+    assert [heapq.heappop(h) for _ in range(4)] == [(4.0, 9), (10.0, 2), (10.0, 5), (12.0, WAKE)]
+
+
+def test_book_survives_a_checkpoint_file(tmp_path):
+    res = Result({"g": np.arange(3, dtype=np.float32)}, 0.5, 12, 3.0, False)
+    book = AsyncBook(clock=17.5, version=4, batches=6, decisions=9,
+                     flight={3: Flight(4, 12.0, 40.0, np.inf, 100, 50),
+                             1: Flight(3, 10.0, 50.0, 20.0, 100, 50)},
+                     pending=[3], results={7: res}, buffer=[(8, 2, res)],
+                     bases={2: {"g": np.ones(3, np.float32)}, 4: {"g": np.zeros(3, np.float32)}},
+                     wakes=[99.0], since={"arrivals": 2.0}, dispatched=[3, 1],
+                     totals={"arrivals": 11.0}, stale_counts=np.array([3, 2]))
+    path = tmp_path / "book.safetensors"
+    path.write_bytes(statefile.to_bytes(book.state_dict(), "test"))
+    state, _ = statefile.read(path, "test")
+    back = AsyncBook.from_state(state)
+    assert back.heap() == book.heap()
+    assert back.flight == book.flight and back.pending == [3] and back.wakes == [99.0]
+    assert back.results[7].rows["g"].tolist() == [0, 1, 2] and back.buffer[0][:2] == (8, 2)
+    assert sorted(back.bases) == [2, 4] and back.stale_counts.tolist() == [3, 2]
+    assert (back.clock, back.version, back.batches, back.decisions) == (17.5, 4, 6, 9)
+
+
+def test_async_refuses_what_it_cannot_run():
+    with pytest.raises(ScenarioError, match="buffer"):
+        load_scenario(async_scenario(aggregation={"name": "fedbuff", "concurrency": 2,
+                                                  "buffer": 3}))
+    with pytest.raises(ScenarioError, match="exchange"):
+        load_scenario(async_scenario(**{"training.exchange": "delta"}))
+
+
+# --- whole runs --------------------------------------------------------------------------------
+def test_fedbuff_run_keeps_its_rules(tmp_path, monkeypatch):
+    calls = []
+    real = SerialExecutor.train_now
+
+    def counting(self, plan, bcast):
+        calls.append(plan.selected.size)
+        return real(self, plan, bcast)
+
+    monkeypatch.setattr(SerialExecutor, "train_now", counting)
+    a = run(async_scenario(), out=tmp_path / "a")
+    df = table(a.run_dir)
+    assert df["round"].tolist() == list(range(1, 8))
+    assert (df["participated"] == 3).all()                       # a step every M arrivals
+    assert (df["async/in_flight"] <= 6).all()
+    assert df["async/staleness_max"].max() >= 1                  # stale updates happen
+    assert df["async/departed"].sum() >= 1                       # and devices leave
+    assert df["sim_seconds_total"].is_monotonic_increasing
+    assert 0 < df["async/wasted_share"].iloc[-1] < 1
+    assert max(calls) > 1                                        # devices train in batches
+    s = a.summary["async"]
+    assert s["arrivals"] == 21 and sum(s["staleness_counts"]) == 21
+    assert df["accuracy"].notna().sum() == 4
+    b = run(async_scenario(), out=tmp_path / "b")                # same seed, same numbers
+    assert_same_run(a, b)
+
+
+@pytest.mark.parametrize("method", ["fedbuff", "fedasync"])
+def test_resume_with_updates_in_flight_is_exact(tmp_path, method):
+    ref = run(async_scenario(method), out=tmp_path)
+    ck = load(ref.run_dir)
+    assert ck.round == 6
+    first = sorted((ref.run_dir / "checkpoints").glob("*.safetensors"))[0]
+    from raymm.driver.checkpoint import read
+    at3 = read(first).server["async"]
+    assert len(at3["flight"]["ids"]) > 0                         # updates were in flight
+    res = resume_from_round_3(tmp_path, ref)
+    assert res.summary["rounds_completed"] == 7
+    assert_same_run(ref, res)
+
+
+def test_slot_clock_matches_the_population_clock():
+    """The stand-in clock gives the population's availability where it has one."""
+    from raymm.app.build import build_world
+    from raymm.sim.async_loop import SlotClock
+
+    pop = build_world(load_scenario(async_scenario())).population
+    if not hasattr(pop, "availability"):
+        pytest.skip("the population has no seconds clock")
+    mine = SlotClock(pop.period, pop.online_len, pop.phase, pop.slot_seconds)
+    for t in (0.0, 59.9, 60.0, 130.0, 1234.5):
+        assert np.array_equal(mine.available(t), pop.availability.available(t))
+        assert np.array_equal(mine.departure(t), pop.availability.departure(t))
+        assert np.array_equal(mine.next_arrival(t), pop.availability.next_arrival(t))
