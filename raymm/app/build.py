@@ -81,7 +81,9 @@ def build_world(sc: Scenario) -> World:
     combinable = pol.aggregator.combinable
     host_spec = HostSpec(sc.seed, sc.model, sc.training, objective, sc.faults,
                          fault_seed(sc.faults, sc.seed),
-                         combine=combinable and sc.faults.deadline_seconds is None,
+                         # a round that may drop devices (deadline, seconds clock) needs rows
+                         combine=combinable and sc.faults.deadline_seconds is None
+                         and sc.clock.mode == "rounds",
                          device=sc.execution.device, privacy=sc.privacy)
     return World(sc, dataset, population, pol, host_spec)
 

@@ -39,15 +39,23 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+#: device traces `raymm data prepare` converts into raymm's trace table (docs/time.md):
+#: name -> (trace format, default input under $RAYMM_DATA or None, default output)
+TRACE_CONVERTERS: dict[str, tuple[str, str | None, str]] = {
+    "flash-trace": ("flash", "flash_state_traces.json", "traces/flash.parquet"),
+    "fedscale-trace": ("fedscale", None, "traces/fedscale.parquet"),
+}
+
+
 class _LazyNames:
     """Choices read from a registry only when argparse checks or shows them: importing the
     registries imports torch (~2 s), which `raymm --help` must not pay."""
 
-    def __init__(self, module: str, attr: str) -> None:
-        self.module, self.attr = module, attr
+    def __init__(self, module: str, attr: str, extra: tuple[str, ...] = ()) -> None:
+        self.module, self.attr, self.extra = module, attr, extra
 
     def _names(self) -> list[str]:
-        return sorted(getattr(importlib.import_module(self.module), self.attr))
+        return sorted([*getattr(importlib.import_module(self.module), self.attr), *self.extra])
 
     def __contains__(self, item: object) -> bool:
         return item in self._names()
@@ -66,7 +74,8 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
                     help="import this Python module first, to list the datasets it registers "
                          "(repeatable; see raymm plugins list)")
     prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
-    prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS"),
+    prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS",
+                                                 tuple(TRACE_CONVERTERS)),
                       metavar="NAME", help="converter: %(choices)s")
     prep.add_argument("--from", dest="src", default=None, metavar="PATH",
                       help="the release: a folder, zip or pickle (see docs/data.md); default: "
@@ -74,6 +83,9 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
     prep.add_argument("--out", default=None, metavar="FILE",
                       help="output .npz (default: the dataset's file under $RAYMM_DATA)")
     prep.add_argument("--force", action="store_true", help="replace an existing output")
+    prep.add_argument("--capacity", default=None, metavar="PATH",
+                      help="fedscale-trace: FedScale's client_device_capacity pickle (speed "
+                           "and bandwidth per client)")
     prep.add_argument("--no-progress", action="store_true", help="no progress bar")
     for flag, kwargs in _OPTIONS:
         prep.add_argument(flag, **kwargs)
@@ -166,6 +178,8 @@ def _prepare(args: argparse.Namespace) -> int:
     # deferred: `raymm data list` answers without loading every loader's dependencies
     from raymm.data.prepare import prepare
 
+    if args.name in TRACE_CONVERTERS:
+        return _prepare_trace(args)
     names = (flag.lstrip("-").replace("-", "_") for flag, _ in _OPTIONS)
     options = {k: v for k in names if (v := getattr(args, k)) is not None}
     res = prepare(args.name, args.src, args.out, force=args.force, progress=_progress(args),
@@ -180,6 +194,34 @@ def _prepare(args: argparse.Namespace) -> int:
     elif res.differs:
         print(f"reference: differs from the file the shipped results were made with in "
               f"{', '.join(res.differs)}: this is not the same release")
+    return 0
+
+
+def _prepare_trace(args: argparse.Namespace) -> int:
+    """`raymm data prepare flash-trace|fedscale-trace`: a device trace as raymm's table."""
+    # deferred: `raymm data list` answers without loading every loader's dependencies
+    from raymm.data.base import resolve_data_path
+    from raymm.errors import RaymmError
+    from raymm.population.traces import load_trace, write_raymm
+
+    kind, default_src, default_out = TRACE_CONVERTERS[args.name]
+    src = args.src or default_src
+    if src is None:
+        raise RaymmError(f"{args.name}: give the trace with --from PATH (FedScale's "
+                         "client_behave_trace pickle)")
+    if args.capacity is not None and kind != "fedscale":
+        raise RaymmError(f"{args.name}: --capacity is for fedscale-trace only")
+    out = resolve_data_path(args.out or default_out)
+    if out.suffix.lower() not in (".parquet", ".pq", ".csv"):
+        raise RaymmError(f"--out {out}: a trace table ends in .parquet or .csv")
+    if out.exists() and not args.force:
+        raise RaymmError(f"{out} exists; --force replaces it")
+    trace = load_trace(kind, resolve_data_path(src),
+                       None if args.capacity is None else resolve_data_path(args.capacity))
+    write_raymm(trace, out)
+    share = sorted(trace.online_share().tolist())
+    print(f"prepared {args.name}: {out} ({trace.entries} devices, {trace.starts.shape[0]} "
+          f"intervals; median share of its window available {share[len(share) // 2]:.3f})")
     return 0
 
 

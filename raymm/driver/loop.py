@@ -70,7 +70,8 @@ def drive(sc: Scenario, world: World, ex: Executor, writer: RunWriter, first: in
                 early_stop = bool(user_hook(row)) or early_stop
             t = row["round"]
             every = sc.output.checkpoint_every
-            if is_eval_round(t, sc) or (every and t % every == 0) or stop.requested:
+            if is_eval_round(t, sc) or "accuracy" in row or (every and t % every == 0) \
+                    or stop.requested:
                 writer.flush_rounds()
             if every and t % every == 0 and not stop.requested:
                 save_checkpoint(t)

@@ -23,6 +23,7 @@ from raymm.data.base import Dataset
 from raymm.errors import RaymmError
 from raymm.io.atomic import atomic_output
 from raymm.io.paths import inside, name_problems
+from raymm.population.availability import online_counts
 from raymm.population.devices import Population
 from raymm.protocol.record import RoundRecord
 from raymm.units import GIB
@@ -148,6 +149,30 @@ class RunWriter:
             tag = TB_TAGS.get(key) or _dynamic_tag(key)
             if tag and isinstance(value, (int, float)) and math.isfinite(float(value)):
                 self.tb.add_scalar(tag, float(value) / (GIB if key == "bytes_total" else 1.0), t)
+        self._time_scalars(row)
+
+    def _time_scalars(self, row: dict[str, Any]) -> None:
+        """Under the seconds clock (a row with `sim_start_seconds`): the headline numbers again
+        with the simulated second at the round's end as their step (TensorBoard's steps are
+        integers), under `vs_sim_seconds/`."""
+        if self.tb is None or "sim_start_seconds" not in row:
+            return
+        step = int(round(float(row["sim_seconds_total"])))
+        for key in TIME_TAGS:
+            value = row.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(float(value)):
+                self.tb.add_scalar(f"vs_sim_seconds/{key}", float(value), step)
+
+    def availability_over_time(self, population: Population, end_seconds: float,
+                               bins: int = 200) -> None:
+        """Devices available at the start of each of `bins` bins of simulated time over
+        [0, end_seconds] (TensorBoard scalars `availability/online_devices`, step = second)."""
+        if self.tb is None or end_seconds <= 0:
+            return
+        edges = np.linspace(0.0, end_seconds, bins, endpoint=False)
+        counts = online_counts(population.availability, edges)
+        for s, c in zip(edges, counts):
+            self.tb.add_scalar("availability/online_devices", int(c), int(round(float(s))))
 
     # --- pictures ----------------------------------------------------------------------------
     def start_pictures(self, population: Population, dataset: Dataset, rounds: int) -> None:
@@ -262,6 +287,9 @@ CUSTOM_SCALARS = {
         "adaptive chain: accuracy gain per training round": ["Multiline", [r"chain/gain_rate/.*"]],
     },
 }
+
+#: row columns also written against simulated seconds under the seconds clock
+TIME_TAGS = ("accuracy", "train_loss", "online", "participated", "departed", "wasted_share")
 
 TB_TAGS = {
     "accuracy": "accuracy/all_sensors",

@@ -35,6 +35,9 @@ def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last
                      _kept(ex.host_states()))
     writer.write_devices(devices_table(world.population, state["obs"]))
     writer.end_pictures(world.population, sc.rounds)
+    if sc.clock.mode == "seconds" and writer.rows:
+        writer.availability_over_time(world.population,
+                                      float(writer.rows[-1].get("sim_seconds_total", 0.0)))
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
     summary["ended"] = ended
     extra = getattr(ex, "summary", None)  # an asynchronous run's staleness, wasted work
@@ -143,8 +146,38 @@ def summarize(sc: Scenario, rows: list[dict[str, Any]], last: int, wall: float,
             "mode": sc.privacy.mode, "accountant": sc.privacy.accountant,
             "clip_unit": sc.privacy.clip_unit,
             **{k.partition("/")[2]: v for k, v in end.items() if k.startswith("privacy/")}}
+    summary.update(time_summary(sc, rows))
     if rows:  # per-round averages (traffic in bytes, simulated seconds)
         summary["mean_bytes_per_round"] = float(np.mean([r["bytes_up"] + r["bytes_down"]
                                                          for r in rows]))
         summary["mean_sim_seconds_per_round"] = float(np.mean([r["sim_seconds"] for r in rows]))
     return summary
+
+
+def time_summary(sc: Scenario, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """summary.json's simulated-time entries: accuracy against simulated hours, the first
+    simulated time at `clock.target_accuracy`, the share of device work wasted (updates lost to
+    departures or dropped at the round's end), departures and idle time. Under the seconds
+    clock, or when a target is set; empty otherwise (round-clock summaries stay as they were)."""
+    target = sc.clock.target_accuracy
+    if sc.clock.mode != "seconds" and target is None:
+        return {}
+    evals = [r for r in rows if r.get("accuracy") is not None]
+    out: dict[str, Any] = {
+        "sim_hours": (rows[-1].get("sim_seconds_total", 0.0) if rows else 0.0) / 3600.0,
+        "accuracy_vs_sim_hours": [[float(r.get("sim_seconds_total", 0.0)) / 3600.0,
+                                   float(r["accuracy"])] for r in evals]}
+    if target is not None:
+        hit = next((r for r in evals if float(r["accuracy"]) >= target), None)
+        out["target_accuracy"] = target
+        out["time_to_target_hours"] = None if hit is None else \
+            float(hit.get("sim_seconds_total", 0.0)) / 3600.0
+        out["rounds_to_target"] = None if hit is None else int(hit["round"])
+    if sc.clock.mode == "seconds" and rows:
+        end = rows[-1]
+        out["wasted_work_share"] = float(end.get("wasted_share", 0.0))
+        out["work_device_hours"] = float(end.get("work_seconds_total", 0.0)) / 3600.0
+        out["wasted_device_hours"] = float(end.get("wasted_seconds_total", 0.0)) / 3600.0
+        out["departed"] = int(sum(int(r.get("departed", 0)) for r in rows))
+        out["idle_hours"] = float(sum(float(r.get("idle_seconds", 0.0)) for r in rows)) / 3600.0
+    return out

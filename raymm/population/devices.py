@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from functools import cached_property
 
 import numpy as np
@@ -18,11 +17,7 @@ from raymm.config.limits import shares_problem
 from raymm.config.schema import PopulationSpec, TierSpec
 from raymm.data.base import Dataset, resolve_data_path
 from raymm.errors import ScenarioError
-from raymm.population.availability import (
-    Availability,
-    PeriodicAvailability,
-    TraceAvailability,
-)
+from raymm.population.availability import Availability, PeriodicAvailability, TraceAvailability
 from raymm.population.partition import (
     _flatten,
     _partition,
@@ -233,7 +228,7 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     period, online_len = clocks[pattern, 0], clocks[pattern, 1]
     phase = seeding.rng(seed, seeding.SETUP, seeding.SERVER, "phase").integers(0, period)
 
-    trace_cols = _trace_columns(spec, n, seed)
+    trace, entry = _trace_columns(spec, n, seed)
 
     hw = spec.hardware
     hardware = _assign(split_counts(n, [h.fraction for h in hw]),
@@ -248,10 +243,9 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
     up = np.array([h.up_mbps for h in hw])[hardware] * 1e6 / 8 * spread("uplink")
     down = np.array([h.down_mbps for h in hw])[hardware] * 1e6 / 8 * spread("downlink")
 
-    if trace_cols:  # a trace's own speed and bandwidths, where it gives them
-        trace, entry = trace_cols["trace"], trace_cols["trace_entry"]
-        if spec.trace is not None and spec.trace.hardware:
-            gflops, up, down = _trace_hardware(trace, entry, gflops, up, down)
+    if trace is not None and entry is not None and spec.trace is not None \
+            and spec.trace.hardware:  # a trace's own speed and bandwidths, where it gives them
+        gflops, up, down = _trace_hardware(trace, entry, gflops, up, down)
 
     offsets, flat = _partition(spec, dataset, seed)
     if spec.local_test_fraction is not None:
@@ -279,18 +273,19 @@ def build_population(spec: PopulationSpec, dataset: Dataset, seed: int) -> Popul
         hardware_names=tuple(h.name for h in hw), gflops=gflops.astype(np.float32),
         up_bps=up.astype(np.float32), down_bps=down.astype(np.float32),
         data_offsets=offsets, data_indices=flat.astype(index_dtype),
-        slot_seconds=float(spec.slot_seconds), **trace_cols, **tests)
+        slot_seconds=float(spec.slot_seconds), trace=trace, trace_entry=entry, **tests)
 
 
-def _trace_columns(spec: PopulationSpec, n: int, seed: int) -> dict[str, Any]:
-    """{trace, trace_entry} of a population with `population.trace` (else empty): the trace
-    loaded from its file and each device's entry (`traces.map_devices`)."""
+def _trace_columns(spec: PopulationSpec, n: int, seed: int
+                   ) -> tuple[Trace | None, np.ndarray | None]:
+    """(trace, each device's entry) of a population with `population.trace` (else Nones): the
+    trace loaded from its file, the entries drawn by `traces.map_devices`."""
     if spec.trace is None:
-        return {}
+        return None, None
     ts = spec.trace
     trace = load_trace(ts.format, resolve_data_path(ts.path),
                        None if ts.capacity is None else resolve_data_path(ts.capacity))
-    return {"trace": trace, "trace_entry": map_devices(n, trace, seed)}
+    return trace, map_devices(n, trace, seed)
 
 
 def _trace_hardware(trace: Trace, entry: np.ndarray, gflops: np.ndarray, up: np.ndarray,

@@ -49,8 +49,12 @@ def summary_line(row: dict) -> str | None:
                      "selected devices lost)")
     if row.get("failed"):
         parts.append(f"{row['failed']} device(s) crashed")
+    if row.get("departed"):
+        parts.append(f"{row['departed']} device(s) left before finishing")
     if row.get("stragglers"):
-        parts.append(f"{row['stragglers']} straggler(s) past the deadline")
+        parts.append(f"{row['stragglers']} straggler(s) " + (
+            "still working at the round's end" if "sim_start_seconds" in row
+            else "past the deadline"))
     if not parts:
         return None
     return f"round {row['round']}: " + ", ".join(parts) + \

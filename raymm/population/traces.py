@@ -89,8 +89,10 @@ class Trace:
 
 def build_trace(names: Sequence[str], intervals: Sequence[Sequence[Sequence[float]]],
                 windows: Sequence[tuple[float, float]] | None = None,
-                speed: Sequence[float] | None = None, up_mbps: Sequence[float] | None = None,
-                down_mbps: Sequence[float] | None = None, source: str = "") -> Trace:
+                speed: Sequence[float] | np.ndarray | None = None,
+                up_mbps: Sequence[float] | np.ndarray | None = None,
+                down_mbps: Sequence[float] | np.ndarray | None = None,
+                source: str = "") -> Trace:
     """A `Trace` from per-entry interval lists: each entry's intervals are sorted, clipped to
     its window (default: its first start to its last end) and merged where they touch. One
     `DataError` lists what is wrong."""
@@ -130,7 +132,7 @@ def build_trace(names: Sequence[str], intervals: Sequence[Sequence[Sequence[floa
     if counts.sum() == 0:
         raise DataError(f"{source or 'trace'}: no entry has an availability interval")
 
-    def column(v: Sequence[float] | None) -> np.ndarray | None:
+    def column(v: Sequence[float] | np.ndarray | None) -> np.ndarray | None:
         return None if v is None else np.asarray(v, np.float64)
 
     return Trace(tuple(str(n) for n in names), np.concatenate([[0], np.cumsum(counts)]),

@@ -47,7 +47,8 @@ from raymm.protocol.seams import (
 )
 from raymm.protocol.traffic import comm_seconds, downlink_bytes
 from raymm.server import divergence
-from raymm.server.device_metrics import cluster_recovery, device_metrics
+from raymm.server.clock import RoundClock
+from raymm.server.device_metrics import device_metrics
 from raymm.server.evaluation import SubsetEvaluator, subset_name
 from raymm.server.robustness import robustness_metrics
 from raymm.units import FLOAT_BYTES
@@ -84,9 +85,6 @@ class Server:
         self.params = self.layout.flatten(self.model, self.layout.groups)
         self.obs = Observations.register(population.sensor_mask, population.tier)
         self.tier_sensors = population.tier_sensors
-        # ground truth of a grouped partition: per-group accuracy and the clusters' ARI in the
-        # rows; never shown to a policy
-        self._data_group = population.data_group
         # simulator bookkeeping only (simulated comm time); never shown to a policy
         self._up_bps, self._down_bps = population.up_bps, population.down_bps
         self.bytes_up = self.bytes_down = 0
@@ -100,6 +98,9 @@ class Server:
         # the plan of a round not aggregated yet: a plan made ahead (`plan` before the previous
         # round's checkpoint) is part of the state, so a resumed run trains the same plan
         self._planned: tuple[RoundPlan, Broadcast] | None = None
+        # clock.mode: seconds (raymm.server.clock): availability read at the server's clock
+        self.clock = RoundClock(scenario, population) if scenario.clock.mode == "seconds" \
+            else None
         self.privacy: Any = None  # a `raymm.server.privacy.PrivacyLedger` when privacy is on
         if scenario.privacy.on:
             # deferred: dp-accounting (about a second to import) loads for private runs only
@@ -118,7 +119,10 @@ class Server:
             return self._planned
         online = np.sort(np.concatenate([r.device_ids for r in reports])) if reports \
             else np.zeros(0, np.int64)
-        if reports:
+        if self.clock is not None:  # who is available at the round's start (seconds clock)
+            online = self.clock.begin(self.sim_seconds)
+            self.obs.observe_online(online, self.clock.num_samples[online])
+        elif reports:
             ids = np.concatenate([r.device_ids for r in reports])
             self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
         sched = self.policies.schedule
@@ -126,7 +130,7 @@ class Server:
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
         if self.privacy is not None:  # devices at the participation cap are not eligible
             eligible = self.privacy.eligible(eligible)
-        ctx = SelectionContext(t, online, eligible, self.sc.selection.k, self.obs,
+        ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs,
                                seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
         selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
         self._check_selection(selected, eligible)
@@ -170,7 +174,8 @@ class Server:
         dev_seconds = batch.compute_seconds + comm_seconds(
             down[np.searchsorted(plan.selected, batch.device_ids)], up,
             self._down_bps[batch.device_ids], self._up_bps[batch.device_ids])
-        late = stragglers(self.sc.faults, dev_seconds)
+        late = stragglers(self.sc.faults, dev_seconds) if self.clock is None \
+            else self.clock.close(batch.device_ids, dev_seconds)
         self._observe_times(batch, lost)
         if late.any():  # the server closes the round at the deadline without them
             batch, up, dev_seconds = batch.subset(~late), up[~late], dev_seconds[~late]
@@ -183,11 +188,6 @@ class Server:
         if batch.n or private:
             merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
             agg_stats = dict(self.policies.aggregator.round_stats())
-            clusters = self.policies.aggregator.cluster_models()
-            if self._data_group is not None and clusters is not None and agg_stats:
-                agg_stats.update(cluster_recovery(clusters.assignment, {
-                    g: batch.device_ids[batch.senders[g]] for g in batch.updates},
-                    self._data_group))
             bad = divergence.diverged(batch.device_ids, batch.loss, merged)
             if bad is None:
                 self.params = merged
@@ -202,6 +202,11 @@ class Server:
         round_time = float(dev_seconds.max()) if batch.n else 0.0
         if late.any() and deadline is not None:
             round_time = deadline
+        clock_row = {}
+        if self.clock is not None:  # the round's end by clock.round_end, idle time before it
+            round_time = self.clock.duration
+            clock_row = self.clock.row()
+            self.sim_seconds = self.clock.start
         self.bytes_down += int(down.sum())
         self.bytes_up += int(up.sum())
         self.sim_seconds += round_time
@@ -217,7 +222,7 @@ class Server:
             "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
             "train_loss": float(np.average(batch.loss, weights=batch.num_samples))
             if batch.n else float("nan"),
-            **agg_stats, **self._policy_stats(),
+            **clock_row, **agg_stats, **self._policy_stats(),
             **(self.privacy.account(t) if self.privacy is not None else {}),
         }, selected=plan.selected, diverged=bad)
 
@@ -292,10 +297,14 @@ class Server:
             known = eligible[pos] == selected
         else:  # a schedule that named devices out of order
             known = np.isin(selected, eligible)
-        if selected.shape[0] > self.sc.selection.k or not known.all() \
+        if selected.shape[0] > self._k_select() or not known.all() \
                 or np.any(selected[1:] == selected[:-1]):
             raise RuntimeError("selection policy returned devices that are not eligible, "
                                "repeated, or more than k")
+
+    def _k_select(self) -> int:
+        """How many devices selection may pick: k, or ceil(k·(1+o)) with over-commitment."""
+        return self.sc.selection.k if self.clock is None else self.clock.k_select
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate(self, t: int) -> RoundRecord:
@@ -333,8 +342,7 @@ class Server:
         return self._broadcast(t, self.policies.aggregator.eval_extras())
 
     def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
-        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors,
-                             self._data_group)
+        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
         if self.sc.eval.scope == "devices":  # the headline accuracy (else: `evaluate`'s)
             self._feedback(self._round, out["accuracy"])
         return out
@@ -352,6 +360,7 @@ class Server:
                 "frozen_sent": {g: v.copy() for g, v in self.frozen_sent.items()},
                 **{k: policy.state_dict() for k, policy in self._stateful().items()},
                 **({} if self.privacy is None else {"privacy": self.privacy.state_dict()}),
+                **({} if self.clock is None else {"clock": self.clock.state_dict()}),
                 **planned}
 
     def _stateful(self) -> dict[str, ServerPolicy]:
@@ -376,6 +385,8 @@ class Server:
                 policy.load_state_dict(state[k])
         if self.privacy is not None:
             self.privacy.load_state_dict(state["privacy"])
+        if self.clock is not None:
+            self.clock.load_state_dict(state["clock"])
         self._planned = plan_from_state(state["planned"]) if "planned" in state else None
         if "last_counts" in state:
             online, eligible = state["last_counts"]

@@ -99,13 +99,25 @@ def is_eval_round(t: int, sc: Scenario) -> bool:
     return t % sc.eval.every == 0 or t == sc.rounds
 
 
+def eval_due(row: dict[str, Any], sc: Scenario) -> bool:
+    """Whether the round in `row` took the simulated clock past a multiple of
+    `clock.eval_every_seconds` (evaluation every T simulated seconds)."""
+    every = sc.clock.eval_every_seconds
+    if every is None or "sim_seconds_total" not in row:
+        return False
+    end = float(row["sim_seconds_total"])
+    before = end - float(row.get("sim_seconds", 0.0)) - float(row.get("idle_seconds", 0.0))
+    return int(end // every) > int(before // every)
+
+
 def plans_ahead(t: int, sc: Scenario) -> bool:
     """Whether round t+1 may be planned before round t has been handed to the driver: not
     after the last round, an evaluation (policies learn from it) or a checkpoint (which then
     holds no plan made ahead)."""
     every = sc.output.checkpoint_every
+    # evaluation by simulated seconds is known only after the round: never plan ahead then
     return (sc.execution.plan_ahead and t < sc.rounds and not is_eval_round(t, sc)
-            and not (every and t % every == 0))
+            and not (every and t % every == 0) and sc.clock.eval_every_seconds is None)
 
 
 def run_round(ex: Executor, t: int, sc: Scenario) -> RoundRecord:
@@ -115,7 +127,7 @@ def run_round(ex: Executor, t: int, sc: Scenario) -> RoundRecord:
     planned = ex.plan(t, reports)
     results = ex.train(t, planned)
     record: RoundRecord = ex.get(ex.aggregate(t, planned, results))
-    if is_eval_round(t, sc):
+    if is_eval_round(t, sc) or eval_due(record.row, sc):
         record.merge(evaluate(ex, t, sc.eval.scope))
     record.row["wall_seconds"] = time.perf_counter() - wall0
     return record
