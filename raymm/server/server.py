@@ -48,7 +48,7 @@ from raymm.protocol.seams import (
 from raymm.protocol.traffic import comm_seconds, downlink_bytes
 from raymm.server import divergence
 from raymm.server.clock import RoundClock
-from raymm.server.device_metrics import device_metrics
+from raymm.server.device_metrics import cluster_recovery, device_metrics
 from raymm.server.evaluation import SubsetEvaluator, subset_name
 from raymm.server.robustness import robustness_metrics
 from raymm.units import FLOAT_BYTES
@@ -85,6 +85,9 @@ class Server:
         self.params = self.layout.flatten(self.model, self.layout.groups)
         self.obs = Observations.register(population.sensor_mask, population.tier)
         self.tier_sensors = population.tier_sensors
+        # ground truth of a grouped partition: per-group accuracy and the clusters' ARI in the
+        # rows; never shown to a policy
+        self._data_group = population.data_group
         # simulator bookkeeping only (simulated comm time); never shown to a policy
         self._up_bps, self._down_bps = population.up_bps, population.down_bps
         self.bytes_up = self.bytes_down = 0
@@ -188,6 +191,11 @@ class Server:
         if batch.n or private:
             merged = self.policies.aggregator.aggregate(self.params, batch, ctx)
             agg_stats = dict(self.policies.aggregator.round_stats())
+            clusters = self.policies.aggregator.cluster_models()
+            if self._data_group is not None and clusters is not None and agg_stats:
+                agg_stats.update(cluster_recovery(clusters.assignment, {
+                    g: batch.device_ids[batch.senders[g]] for g in batch.updates},
+                    self._data_group))
             bad = divergence.diverged(batch.device_ids, batch.loss, merged)
             if bad is None:
                 self.params = merged
@@ -342,7 +350,8 @@ class Server:
         return self._broadcast(t, self.policies.aggregator.eval_extras())
 
     def device_metrics(self, parts: list[DeviceEval]) -> dict[str, Any]:
-        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors)
+        out = device_metrics(parts, self.obs.tier, self.tier_sensors, self.sensors,
+                             self._data_group)
         if self.sc.eval.scope == "devices":  # the headline accuracy (else: `evaluate`'s)
             self._feedback(self._round, out["accuracy"])
         return out
