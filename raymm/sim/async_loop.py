@@ -150,7 +150,7 @@ class AsyncBook:
     batches: int = 0         # executor calls made (each call's index seeds its training)
     decisions: int = 0       # dispatch decisions made (each one's index seeds its selection)
     flight: dict[int, Flight] = field(default_factory=dict)
-    pending: list[int] = field(default_factory=list)   # in flight, not trained yet
+    pending: set[int] = field(default_factory=set)     # in flight, not trained yet
     results: dict[int, Result] = field(default_factory=dict)
     buffer: list[tuple[int, int, Result]] = field(default_factory=list)  # (id, base, result)
     bases: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
@@ -194,7 +194,7 @@ class AsyncBook:
                        "depart": np.array([f.depart for f in fl], np.float64),
                        "down": np.array([f.down for f in fl], np.int64),
                        "up": np.array([f.up for f in fl], np.int64)},
-            "pending": np.array(self.pending, np.int64),
+            "pending": np.array(sorted(self.pending), np.int64),
             "results": _results_state(list(self.results), list(self.results.values())),
             "buffer": {"base": np.array([b for _, b, _ in self.buffer], np.int64),
                        **_results_state([d for d, _, _ in self.buffer],
@@ -217,7 +217,7 @@ class AsyncBook:
         return cls(
             clock=float(s["clock"]), version=int(s["version"]), batches=int(s["batches"]),
             decisions=int(s["decisions"]), flight=flight,
-            pending=[int(d) for d in s["pending"]], results=dict(zip(r_ids, r_vals)),
+            pending={int(d) for d in s["pending"]}, results=dict(zip(r_ids, r_vals)),
             buffer=[(d, int(b), r) for d, b, r in zip(b_ids, s["buffer"]["base"], b_vals)],
             bases={int(v): {g: np.asarray(x, np.float32) for g, x in p.items()}
                    for v, p in s["bases"].items()},
@@ -314,6 +314,7 @@ class AsyncExecutor:
         self.in_flight = np.zeros(pop.n, bool)
         self.book = AsyncBook()
         self.book.bases[0] = self.server.params
+        self.heap: list[tuple[float, int]] = []  # the event queue (`AsyncBook.heap`)
 
     def ready(self) -> None:
         self.inner.ready()
@@ -362,12 +363,12 @@ class AsyncExecutor:
         if book.version == 0 and not book.flight and not book.wakes:
             self._refill()
         wall0 = time.perf_counter()
-        heap = book.heap()
+        self.heap = book.heap()
         while book.version < sc.rounds:
-            if not heap:
+            if not self.heap:
                 raise RaymmError("asynchronous run: nobody is in flight and nobody will come "
                                  "online again (the availability has no next interval)")
-            at, dev = heapq.heappop(heap)
+            at, dev = heapq.heappop(self.heap)
             book.clock = at
             if dev == WAKE:
                 book.wakes.remove(at)
@@ -375,10 +376,9 @@ class AsyncExecutor:
                 self._event(dev)
             record = self._step() if len(book.buffer) >= self.agg.buffer else None
             self._refill()
-            heap = book.heap()
             if record is not None:
                 record.row[f"{PREFIX}in_flight"] = len(book.flight)  # after the refill
-                if is_eval_round(book.version, sc):
+                if is_eval_round(book.version, sc) or self._eval_due(sc, record.row):
                     record.merge(self.server.evaluate(book.version))
                     self._time_scalars(record.row)
                 record.row["wall_seconds"] = time.perf_counter() - wall0
@@ -386,6 +386,16 @@ class AsyncExecutor:
                 if on_round(record):
                     break
         return book.version
+
+    @staticmethod
+    def _eval_due(sc: Scenario, row: dict[str, Any]) -> bool:
+        """Evaluation every T simulated seconds (`clock.eval_every_seconds`, where the
+        scenario has it): the step took the clock past a multiple of T."""
+        every = getattr(getattr(sc, "clock", None), "eval_every_seconds", None)
+        if not every:
+            return False
+        end = float(row["sim_seconds_total"])
+        return int(end // every) > int((end - float(row["sim_seconds"])) // every)
 
     def _event(self, dev: int) -> None:
         """Device `dev`'s update arrives, or it leaves before it could finish."""
@@ -417,13 +427,13 @@ class AsyncExecutor:
         if not book.pending:
             return
         book.batches += 1
-        ids = np.sort(np.array(book.pending, np.int64))
+        ids = np.array(sorted(book.pending), np.int64)
         t = book.batches
         sched = self.server.policies.schedule
         plan = RoundPlan(t, ids, sched.active_groups(book.version + 1, self.server.layout.groups))
         bcast = self.server._broadcast(t, self.server._extras(t))
         book.results.update(results_of(self.trainer.train_now(plan, bcast)))
-        book.pending = []
+        book.pending = set()
 
     def _step(self) -> RoundRecord:
         """One server step on the buffered arrivals: the next model version and its row."""
@@ -512,6 +522,7 @@ class AsyncExecutor:
             nxt = later[later > t]
             if nxt.size and np.isfinite(nxt.min()):
                 book.wakes.append(float(nxt.min()))
+                heapq.heappush(self.heap, (book.wakes[-1], WAKE))
         if chosen.size == 0:
             return
         self._dispatch(chosen)
@@ -534,8 +545,9 @@ class AsyncExecutor:
                                     down.tolist(), up.tolist()):
             f = Flight(book.version, t, t + s, dp, dn, u)
             book.flight[d] = f
+            heapq.heappush(self.heap, (f.event, d))
             if not f.doomed:
-                book.pending.append(d)
+                book.pending.add(d)
         self.in_flight[ids] = True
         book.dispatched.extend(ids.tolist())
         book.add("dispatched", ids.size)

@@ -102,7 +102,7 @@ def test_book_survives_a_checkpoint_file(tmp_path):
     book = AsyncBook(clock=17.5, version=4, batches=6, decisions=9,
                      flight={3: Flight(4, 12.0, 40.0, np.inf, 100, 50),
                              1: Flight(3, 10.0, 50.0, 20.0, 100, 50)},
-                     pending=[3], results={7: res}, buffer=[(8, 2, res)],
+                     pending={3}, results={7: res}, buffer=[(8, 2, res)],
                      bases={2: {"g": np.ones(3, np.float32)}, 4: {"g": np.zeros(3, np.float32)}},
                      wakes=[99.0], since={"arrivals": 2.0}, dispatched=[3, 1],
                      totals={"arrivals": 11.0}, stale_counts=np.array([3, 2]))
@@ -111,7 +111,7 @@ def test_book_survives_a_checkpoint_file(tmp_path):
     state, _ = statefile.read(path, "test")
     back = AsyncBook.from_state(state)
     assert back.heap() == book.heap()
-    assert back.flight == book.flight and back.pending == [3] and back.wakes == [99.0]
+    assert back.flight == book.flight and back.pending == {3} and back.wakes == [99.0]
     assert back.results[7].rows["g"].tolist() == [0, 1, 2] and back.buffer[0][:2] == (8, 2)
     assert sorted(back.bases) == [2, 4] and back.stale_counts.tolist() == [3, 2]
     assert (back.clock, back.version, back.batches, back.decisions) == (17.5, 4, 6, 9)
