@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run directories, or folders of run directories (a sweep's runs/)")
     cmp.add_argument("--out", default="comparison",
                      help="folder for comparison.{parquet,md} and accuracy_vs_gib.png")
+    cmp.add_argument("--time-axis", action="store_true",
+                     help="also accuracy against simulated hours (accuracy_vs_sim_hours.png; "
+                          "docs/time.md)")
     _add_budget_args(cmp)
     # deferred: `raymm --help`, `validate` and `data` start without importing torch or Ray
     from raymm.app import bench
@@ -270,6 +273,13 @@ def _sweep(args: argparse.Namespace) -> int:
         write_comparison(comp, args.out)
         print(f"comparison written to {args.out}/comparison.{{parquet,md}} and "
               f"{args.out}/accuracy_vs_gib.png")
+        if args.time_axis:
+            # deferred: `raymm --help`, `validate` and `data` start without importing torch
+            from raymm.results.compare import plot_runs_time
+
+            png = plot_runs_time(find_runs(args.run_dirs),
+                                 os.path.join(args.out, "accuracy_vs_sim_hours.png"))
+            print(f"accuracy against simulated hours: {png}")
     print(comp.markdown, end="")
     if comp.failed:
         print("raymm sweep: not every run finished:", file=sys.stderr)

@@ -120,6 +120,21 @@ def accuracy_vs_traffic(curves: dict[str, tuple[np.ndarray, np.ndarray]],
     return fig
 
 
+def accuracy_vs_sim_hours(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
+    """Test accuracy against simulated hours (the clock of docs/time.md), one curve per run."""
+    fig = _figure(6, 4)
+    ax = fig.subplots()
+    cmap = colormaps["tab20" if len(curves) > 10 else "tab10"]
+    for i, (name, (hours, acc)) in enumerate(curves.items()):
+        ax.plot(hours, acc, marker=".", label=name, color=cmap(i % cmap.N))
+    ax.set_xlabel("simulated time (hours)")
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def confusion(matrix: np.ndarray, class_names: Sequence[str]) -> Figure:
     """Row-normalised confusion matrix (true class × predicted class)."""
     m = matrix.astype(float)

@@ -55,6 +55,26 @@ def curves(runs: Sequence[Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def time_curves(runs: Sequence[Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Run name -> (simulated hours at the round's end, accuracy) at its evaluated rounds."""
+    out = {}
+    for run in runs:
+        rounds = pd.read_parquet(run / "rounds.parquet")
+        ev = rounds[rounds["accuracy"].notna()] if "accuracy" in rounds else rounds.iloc[:0]
+        out[run.name] = (ev["sim_seconds_total"].to_numpy(np.float64) / 3600.0,
+                         ev["accuracy"].to_numpy())
+    return out
+
+
+def plot_runs_time(runs: Sequence[Path], path: str | Path) -> Path:
+    """Accuracy against simulated hours for `raymm compare --time-axis`."""
+    # deferred: matplotlib loads only when a picture is drawn
+    from raymm.driver import pictures
+
+    pictures.save_png(pictures.accuracy_vs_sim_hours(time_curves(runs)), Path(path))
+    return Path(path)
+
+
 def plot_runs(runs: Sequence[Path], budget_gib: float | None, path: Path) -> Path:
     # deferred: matplotlib loads only when a picture is drawn
     from raymm.driver import pictures

@@ -167,3 +167,14 @@ def test_default_clock_is_the_round_clock():
     assert sc.clock.mode == "rounds"
     d = sc.to_dict()
     assert "clock" not in d and "trace" not in d["population"]
+
+
+def test_compare_on_a_simulated_time_axis(tmp_path):
+    from raymm.app.cli import main
+
+    clock_run(tmp_path, name="one")
+    clock_run(tmp_path, name="two", clock={"mode": "seconds", "round_end": "kth",
+                                           "overcommit": 0.5})
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "runs"), "--out", str(out), "--time-axis"]) == 0
+    assert (out / "accuracy_vs_sim_hours.png").stat().st_size > 0
