@@ -39,6 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import autoscale
 from actors.device_actor import DeviceActor, NoHostYet
+from actors.driver_server import DriverServer
 from actors.packing import ActorMemory, Packing, actor_demand, plan_packing
 from actors.quiet import (
     driver_stderr_captured,
@@ -129,7 +130,7 @@ class RayExecutor:
 
     def prestart(self, sc: Scenario) -> None:
         """Start Ray and create the actors before the driver loads the data: their process
-        start and imports (torch, raymm, sklearn) overlap the driver's work. `start` hands them
+        start and imports (torch, raymm) overlap the driver's work. `start` hands them
         the shared objects. Only the number of devices is needed, from the scenario."""
         if hasattr(self, "actors"):
             return
@@ -141,12 +142,9 @@ class RayExecutor:
             lambda res: plan_packing(n, ex.devices_per_actor, ex.actor, res, self.memory),
             lambda: self._wanted(n), autoscale.current_resources, ex.autoscale_timeout_s,
             enabled=ex.autoscale == "auto")
-        # mypy does not apply class decorators (python/mypy#3135): @ray.remote made these
-        # classes ray.actor.ActorClass, which has `options`; the server beside this driver
-        # (a node lost elsewhere costs devices, not the run)
-        self.server = ServerActor.options(  # type: ignore[attr-defined]
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                ray.get_runtime_context().get_node_id(), soft=False), **self._env()).remote()
+        # the server beside this driver (a node lost elsewhere costs devices, not the run), or
+        # in it (`execution.server: driver`)
+        self.server = DriverServer() if ex.server == "driver" else self._server_actor()
         self.blocks = self.packing.ranges(n)
         self.actors = [self._new_actor(ids) for ids in self.blocks]
 
@@ -185,6 +183,13 @@ class RayExecutor:
             except RayActorError as exc:
                 log.info("DeviceActor %d died while setting up: %s", i, type(exc).__name__)
 
+    def _server_actor(self) -> Any:
+        # mypy does not apply class decorators (python/mypy#3135): ray.remote made these
+        # classes ray.actor.ActorClass, which has `options`
+        return ServerActor.options(  # type: ignore[attr-defined]
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=False), **self._env()).remote()
+
     def _wanted(self, n: int) -> list[dict[str, float]]:
         """The actors' bundles to ask an autoscaler for: a fixed devices_per_actor's every
         actor; `auto`'s one (it then takes as many as fit)."""
@@ -197,7 +202,7 @@ class RayExecutor:
         a = self.execution.actor
         memory = self.memory(int(ids.shape[0]))
         with driver_stderr_captured():
-            return DeviceActor.options(  # type: ignore[attr-defined]  # see prestart()
+            return DeviceActor.options(  # type: ignore[attr-defined]  # see _server_actor()
                 num_cpus=a.num_cpus, num_gpus=a.num_gpus, resources=dict(a.resources),
                 max_restarts=a.max_restarts, **({"memory": memory} if memory else {}),
                 **self._env()).remote(ids)
@@ -431,7 +436,7 @@ class RayExecutor:
     def shutdown(self) -> None:
         for a in getattr(self, "actors", []):
             ray.kill(a, no_restart=True)
-        if hasattr(self, "server"):
+        if hasattr(self, "server") and not isinstance(self.server, DriverServer):
             ray.kill(self.server)
         if self._owns_ray:
             ray.shutdown()

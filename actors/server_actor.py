@@ -1,7 +1,9 @@
 """ServerActor: owns the global state; a thin shell around `raymm.server.server.Server`.
+`ServerShell` is the shell itself, which `actors.driver_server` runs in the driver's process
+instead (`execution.server: driver`).
 
 Created before the driver has loaded the data, like the DeviceActors: its process start and
-imports (sklearn's included, for the evaluation's macro F1) overlap the driver's work, and
+imports overlap the driver's work, and
 `setup` builds the server from the shared objects."""
 
 from __future__ import annotations
@@ -19,15 +21,13 @@ from raymm.data.mapped import received
 from raymm.population.devices import Population
 from raymm.protocol.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
 from raymm.protocol.record import RoundRecord
-from raymm.server.server import Policies, Server, preload
+from raymm.server.server import Policies, Server
 
 
-@ray.remote
-class ServerActor:
+class ServerShell:
     def __init__(self) -> None:
         import_plugins()  # before any call's arguments that may refer to them are unpickled
         keep_freed_memory()
-        preload()
 
     def setup(self, scenario: Scenario, dataset: list[ray.ObjectRef],
               population: list[ray.ObjectRef], policies: Policies) -> None:
@@ -57,3 +57,6 @@ class ServerActor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.server.load_state_dict(state)
+
+
+ServerActor = ray.remote(ServerShell)

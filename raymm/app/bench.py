@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from raymm.app.scenarios import scenario_root
+from raymm.app.treemem import tree_pss_bytes, tree_resident_bytes
 from raymm.errors import RaymmError
 
 SCENARIO = scenario_root() / "bench" / "standard.yaml"
@@ -55,15 +56,21 @@ class MemorySampler:
     and (every `tree_every`-th sample, or when asked) peak PSS of this process and all its
     descendants -- the run's own processes only: the driver, a child bare loop, Ray's daemons
     and workers. PSS splits shared pages (torch's libraries, the object store) between the
-    processes mapping them."""
+    processes mapping them, outside the tree too; with `resident_every` (seconds) also the
+    peak resident set of the tree, each physical page counted once (`raymm.app.treemem`): what
+    the tree holds whatever else runs on the machine. A resident sample reads every process's
+    page map (~0.1 s of CPU per torch process), hence its own, slower cadence."""
 
     def __init__(self, every: float = 0.02, root: int | None = None,
-                 tree_every: int | None = 50) -> None:
+                 tree_every: int | None = 50, resident_every: float | None = None) -> None:
         self.every = every
         self.tree_every = tree_every  # PSS every this many samples; None: only `sample_tree`
+        self.resident_every = resident_every
         self.root = root or os.getpid()  # whose process tree to sum; may be set later
         self.base = self.peak = used_bytes()
         self.tree_peak = 0
+        self.resident_peak: int | None = None
+        self._last_resident = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,10 +80,19 @@ class MemorySampler:
             self.peak = max(self.peak, used_bytes())
             if self.tree_every and i % self.tree_every == 0:
                 self.sample_tree()
+            if self.resident_every and time.monotonic() - self._last_resident \
+                    >= self.resident_every:
+                self.sample_resident()
             i += 1
 
     def sample_tree(self) -> None:
         self.tree_peak = max(self.tree_peak, tree_pss_bytes(self.root))
+
+    def sample_resident(self) -> None:
+        self._last_resident = time.monotonic()
+        now = tree_resident_bytes(self.root)
+        if now is not None:
+            self.resident_peak = max(self.resident_peak or 0, now)
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -94,29 +110,6 @@ class MemorySampler:
     @property
     def tree_pss_mb(self) -> float:
         return self.tree_peak / 2**20
-
-
-def tree_pss_bytes(root: int) -> int:
-    """Sum of PSS over `root` and its descendants (from /proc; 0 where there is none)."""
-    parent: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo += parent.get(pid, [])
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-        except OSError:
-            continue
-    return total
 
 
 def used_bytes() -> int:

@@ -217,6 +217,9 @@ class ModelSpec(Strict):
     aux_heads: bool = False
     #: a device-local residual adapter on z that never leaves the device
     adapter: bool = False
+    #: the adapter's bottleneck width as a share of fusion_dim (at least 1 unit): 0.5, what
+    #: the committed TIDE tables ran with; TIDE's design asks for at most 0.25
+    adapter_bottleneck: float = Field(default=0.5, gt=0, le=1)
 
 
 class TrainingSpec(Strict):
@@ -320,6 +323,11 @@ class ExecutionSpec(Strict):
     autoscale: Literal["auto", "off"] = "auto"
     #: seconds to wait for the autoscaler's nodes
     autoscale_timeout_s: float = Field(default=900, gt=0)
+    #: Ray: where the server runs: "actor", a ServerActor on the driver's node, or "driver",
+    #: in the driver's process (actors.driver_server): one process with torch fewer (~0.3 GiB,
+    #: more with a CUDA build) for a machine short of memory; the driver then waits while the
+    #: server works. Same numbers either way
+    server: Literal["actor", "driver"] = "actor"
 
 
 class EvalSpec(Strict):

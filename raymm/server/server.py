@@ -61,18 +61,9 @@ class Policies:
     schedule: Schedule
 
 
-def preload() -> None:
-    """Evaluation's macro F1 imports sklearn.metrics (and scipy.stats): ~0.8 s the first time,
-    paid at start-up (a ServerActor's, while the driver loads the data) rather than in the
-    first evaluation round."""
-    # deferred: loaded here, at start-up, so the first evaluation round is not slower
-    import sklearn.metrics  # noqa: F401
-
-
 class Server:
     def __init__(self, scenario: Scenario, dataset: Dataset, population: Population,
                  policies: Policies) -> None:
-        preload()
         torch.set_num_threads(scenario.training.threads)
         self.sc = scenario
         self.dataset = dataset

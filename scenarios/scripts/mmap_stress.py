@@ -12,11 +12,14 @@ that fits.
    8.5 GiB mapped, then at 1.1 GiB (125 clients of the same 1,100 rows; `SMALL`) mapped and
    read whole into memory (`dataset.mmap=false`). A mapped run goes twice: first with the
    files' pages evicted from the page cache (`cold`: every row a host reads comes from disk),
-   then again (`warm`: the rows the same selections read are cached). On Ray the scenario's
-   one DeviceActor runs again as two (`devices_per_actor=500`). This process samples the
-   PSS of the child's whole process tree (the driver, Ray's daemons, every actor) every 0.2 s:
-   pages of the files a process mapped and read count there, shared pages split between the
-   processes that map them.
+   then again (`warm`: the rows the same selections read are cached). On Ray the scenario
+   runs its server in the driver (`execution.server: driver`) and hosts every device in one
+   DeviceActor; it runs again with two DeviceActors, and with a ServerActor. This process
+   samples the child's whole process tree (the driver, Ray's daemons, every actor): its
+   resident set every 0.5 s, each physical page counted once however many of the tree's
+   processes map it (`raymm.app.treemem`: what the tree holds, whatever else runs on the
+   machine), and its PSS every 0.2 s (shared pages split between the processes that map them,
+   outside the tree too, so it reads lower on a busy machine).
 3. Prints a table, and writes it with every figure to OUT/table.md and OUT/mmap_stress.json.
 
 Seconds per round are the mean of rounds 2.. (round 1 carries start-up), evaluation rounds
@@ -113,14 +116,14 @@ def child(overrides: list[str], executor: str, out: Path) -> dict[str, Any]:
 
 def measured(name: str, overrides: list[str], executor: str, out: Path,
              cold: bool | None) -> dict[str, Any]:
-    """`child` in a fresh process, with the PSS of its process tree sampled from here."""
+    """`child` in a fresh process, with the memory of its process tree sampled from here."""
     folder, size = data_folder(overrides)
     if cold:
         evict(folder)
     cached = cached_bytes(folder)
     cmd = [sys.executable, __file__, "--child", "--executor", executor, "--out", str(out),
            *[a for o in overrides for a in ("--set", o)]]
-    with MemorySampler(every=0.05, tree_every=4) as mem:
+    with MemorySampler(every=0.05, tree_every=4, resident_every=0.5) as mem:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         mem.root = proc.pid
         stdout, _ = proc.communicate()
@@ -132,19 +135,23 @@ def measured(name: str, overrides: list[str], executor: str, out: Path,
             "cache": ("cold" if cold else "warm") if mapped else "-",
             "data_gib": size / GIB, "cached_before_gib": None if cached is None
             else cached / GIB, "tree_pss_peak_gib": mem.tree_peak / GIB,
+            "tree_resident_peak_gib": None if mem.resident_peak is None
+            else mem.resident_peak / GIB,
             "machine_used_peak_gib": (mem.peak - mem.base) / GIB,
             **json.loads(line[len("MMAP "):])}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| case | executor | data (GiB) | page cache | tree PSS peak (GiB) | s/round | "
-            "CPU s/round | accuracy |")
-    lines = [head, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    head = ("| case | executor | data (GiB) | page cache | tree resident peak (GiB) | "
+            "tree PSS peak (GiB) | s/round | CPU s/round | accuracy |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         cpu = r["steady_cpu_s_per_round"]
         acc = r["final_accuracy"]
+        res = r["tree_resident_peak_gib"]
         lines.append(f"| {r['case']} | {r['executor']} | {r['data_gib']:.2f} | {r['cache']} | "
-                     f"{r['tree_pss_peak_gib']:.2f} | {r['steady_s_per_round']:.3f} | "
+                     f"{'-' if res is None else f'{res:.2f}'} | {r['tree_pss_peak_gib']:.2f} | "
+                     f"{r['steady_s_per_round']:.3f} | "
                      f"{'-' if cpu is None else f'{cpu:.3f}'} | "
                      f"{'-' if acc is None else f'{acc:.4f}'} |")
     return "\n".join(lines)
@@ -176,15 +183,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
              ("large, mapped", BASE, True), ("large, mapped", BASE, False),
              ("small, mapped", [*BASE, *SMALL], True), ("small, mapped", [*BASE, *SMALL], False),
              ("small, in memory", [*BASE, *SMALL, "dataset.mmap=false"], None)]
-    # on Ray, also with the devices in two DeviceActors: what one more actor process costs
-    two = ("large, mapped, 2 DeviceActors", [*BASE, "execution.devices_per_actor=500"], False)
+    # on Ray, also with the devices in two DeviceActors (what one more actor process costs) and
+    # with the server in a ServerActor of its own instead of the driver (what that costs)
+    on_ray = [("large, mapped, 2 DeviceActors", [*BASE, "execution.devices_per_actor=500"], False),
+              ("tiny, mapped, ServerActor", [*BASE, *TINY, "execution.server=actor"], False),
+              ("large, mapped, ServerActor", [*BASE, "execution.server=actor"], False)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="mmap_stress_") as runs:
         for executor in executors:
-            for name, overrides, cold in cases + ([two] if executor == "ray" else []):
+            for name, overrides, cold in cases + (on_ray if executor == "ray" else []):
                 r = measured(name, overrides, executor, Path(runs), cold)
                 rows.append(r)
-                print(f"{r['case']}, {executor}, {r['cache']}: tree PSS peak "
+                print(f"{r['case']}, {executor}, {r['cache']}: tree resident peak "
+                      f"{r['tree_resident_peak_gib']} GiB, PSS peak "
                       f"{r['tree_pss_peak_gib']:.2f} GiB, {r['steady_s_per_round']:.3f} s/round",
                       flush=True)
     text = table(rows)

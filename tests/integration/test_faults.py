@@ -14,9 +14,10 @@ from helpers import tiny_scenario
 FAULTS = {"actor_kill_prob": 0.25, "device_crash_prob": 0.2, "deadline_seconds": None, "seed": 5}
 
 
-def scenario(executor, eval_every=1, **faults):
+def scenario(executor, eval_every=1, server="actor", **faults):
     return load_scenario(tiny_scenario(**{
         "rounds": 5, "execution.executor": executor, "execution.devices_per_actor": 6,
+        "execution.server": server,
         "model.adapter": True, "objective": {"name": "ce", "adapter": True},
         "eval.every": eval_every, "faults": {**FAULTS, **faults}}))
 
@@ -66,14 +67,16 @@ def test_stragglers_miss_the_deadline(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("eval_every", [1, 5], ids=["plan-each-round", "plan-ahead"])
-def test_actor_kills_on_ray_match_serial(tmp_path, ray_session, eval_every):
+@pytest.mark.parametrize("eval_every,server", [(1, "actor"), (5, "actor"), (5, "driver")],
+                         ids=["plan-each-round", "plan-ahead", "server-in-driver"])
+def test_actor_kills_on_ray_match_serial(tmp_path, ray_session, eval_every, server):
     """A killed DeviceActor is restarted by Ray and gets its devices' state back, so the run
     equals the serial run with the same fault seed, bit for bit; also when the server plans
     rounds 2-5 ahead (no evaluation before round 5), a plan made from a killed actor's report
-    then never running."""
+    then never running; and with the server in the driver (a failed input makes its call's
+    reference fail as an actor task's would)."""
     ser = run(scenario("serial", eval_every), out=tmp_path / "s")
-    ray_run = run(scenario("ray", eval_every), out=tmp_path / "r")
+    ray_run = run(scenario("ray", eval_every, server), out=tmp_path / "r")
     rows_s = pd.read_parquet(ser.run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
     rows_r = pd.read_parquet(ray_run.run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
     assert rows_r["actors_killed"].sum() > 0

@@ -25,6 +25,9 @@ def test_the_stress_table_at_a_small_size(tmp_path: Path, monkeypatch: pytest.Mo
         ("tiny, mapped", "warm"), ("large, mapped", "cold"), ("large, mapped", "warm"),
         ("small, mapped", "cold"), ("small, mapped", "warm"), ("small, in memory", "-")]
     assert all(r["tree_pss_peak_gib"] > 0 and r["steady_s_per_round"] > 0 for r in rows)
+    # the resident set is sampled too (None without the privilege to read frame numbers)
+    assert all(r["tree_resident_peak_gib"] is None
+               or r["tree_resident_peak_gib"] >= 0.5 * r["tree_pss_peak_gib"] for r in rows)
     # the same data and seed: mapped or in memory, the same model
     assert len({r["final_accuracy"] for r in rows[3:]}) == 1
     saved = json.loads((tmp_path / "out" / "mmap_stress.json").read_text())
