@@ -178,3 +178,17 @@ def test_compare_on_a_simulated_time_axis(tmp_path):
     out = tmp_path / "cmp"
     assert main(["compare", str(tmp_path / "runs"), "--out", str(out), "--time-axis"]) == 0
     assert (out / "accuracy_vs_sim_hours.png").stat().st_size > 0
+
+
+def test_tensorboard_time_axis_and_availability(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    res, df = clock_run(tmp_path, name="tb", output={"tensorboard": True})
+    acc = EventAccumulator(str(res.run_dir))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "vs_sim_seconds/accuracy" in tags and "availability/online_devices" in tags
+    steps = [e.step for e in acc.Scalars("vs_sim_seconds/online")]
+    assert steps == [int(round(s)) for s in df["sim_seconds_total"]]
+    online = acc.Scalars("availability/online_devices")
+    assert len(online) == 200 and max(e.value for e in online) <= 12
