@@ -132,10 +132,10 @@ for _name in ("fedadam", "fedyogi", "fedadagrad"):
 # FedAsync: every arrival mixed in with weight alpha*(1+s)^-0.5.
 PRESETS["fedbuff"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
     "name": "fedbuff", "concurrency": 10, "buffer": 5, "server_lr": 1.0, "staleness": "poly",
-    "staleness_a": 0.5}})
+    "staleness_a": 0.5}, "clock": {"mode": "seconds"}})
 PRESETS["fedasync"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
     "name": "fedasync", "concurrency": 10, "alpha": 0.6, "staleness": "poly",
-    "staleness_a": 0.5}})
+    "staleness_a": 0.5}, "clock": {"mode": "seconds"}})
 
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
 METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",

@@ -53,6 +53,10 @@ def async_problems(scenario: Scenario, concurrency: int, buffer: int) -> list[st
     if concurrency > scenario.population.devices:
         out.append(f"aggregation.concurrency ({concurrency}) exceeds population.devices "
                    f"({scenario.population.devices})")
+    if scenario.clock.mode != "seconds" or scenario.clock.round_end != "all":
+        out.append("asynchronous aggregation runs on the seconds clock: set clock.mode: "
+                   "seconds (the fedbuff and fedasync presets do) and leave clock.round_end "
+                   "at all (there are no rounds to end)")
     if scenario.training.exchange != "params":
         out.append("asynchronous aggregation needs training.exchange: params (each device "
                    "trains from the version it is sent)")

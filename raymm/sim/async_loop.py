@@ -39,6 +39,7 @@ from raymm import seeding
 from raymm.config.schema import Scenario
 from raymm.errors import RaymmError
 from raymm.models.size import flops_per_sample
+from raymm.population.availability import Availability
 from raymm.protocol.asynchrony import Arrivals, AsyncAggregator
 from raymm.protocol.messages import HostResult, RoundPlan
 from raymm.protocol.record import RoundRecord
@@ -54,56 +55,10 @@ WAKE = -1
 PREFIX = "async/"
 
 
-class Clock(Protocol):
-    """Availability in simulated seconds (`raymm.population.availability`'s API)."""
-
-    def available(self, seconds: float, devices: np.ndarray | None = None) -> np.ndarray: ...
-
-    def departure(self, seconds: float, devices: np.ndarray | None = None) -> np.ndarray: ...
-
-    def next_arrival(self, seconds: float, devices: np.ndarray | None = None
-                     ) -> np.ndarray: ...
-
-
 class Trains(Protocol):
     """What the asynchronous loop needs of an executor: train one batch now."""
 
     def train_now(self, plan: RoundPlan, broadcast: Any) -> list[HostResult]: ...
-
-
-@dataclass(frozen=True)
-class SlotClock:
-    """The periodic patterns on a seconds axis, slot k = [(k-1)·S, k·S): the stand-in while a
-    population has no `availability` of its own (raymm.population.availability)."""
-
-    period: np.ndarray
-    online_len: np.ndarray
-    phase: np.ndarray
-    slot_seconds: float = 60.0
-
-    def _at(self, seconds: float, devices: np.ndarray | None
-            ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        idx = slice(None) if devices is None else np.asarray(devices, np.int64)
-        k = int(np.floor(seconds / self.slot_seconds)) + 1
-        period = self.period[idx].astype(np.int64)
-        return k, (k + self.phase[idx].astype(np.int64)) % period, period, \
-            self.online_len[idx].astype(np.int64)
-
-    def available(self, seconds: float, devices: np.ndarray | None = None) -> np.ndarray:
-        _, pos, _, online = self._at(seconds, devices)
-        return pos < online
-
-    def departure(self, seconds: float, devices: np.ndarray | None = None) -> np.ndarray:
-        k, pos, period, online = self._at(seconds, devices)
-        end = np.where(online >= period, np.inf,
-                       (k - 1 + online - pos).astype(np.float64) * self.slot_seconds)
-        return np.where(pos < online, end, float(seconds))
-
-    def next_arrival(self, seconds: float, devices: np.ndarray | None = None) -> np.ndarray:
-        k, pos, period, online = self._at(seconds, devices)
-        start = np.where(online <= 0, np.inf,
-                         (k - 1 + period - pos).astype(np.float64) * self.slot_seconds)
-        return np.where(pos < online, float(seconds), start)
 
 
 def is_async(world: World) -> bool:
@@ -155,6 +110,8 @@ class AsyncBook:
     buffer: list[tuple[int, int, Result]] = field(default_factory=list)  # (id, base, result)
     bases: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     wakes: list[float] = field(default_factory=list)
+    #: [lo, hi): nobody's availability changes in between (`AsyncExecutor._online`)
+    window: tuple[float, float] = (0.0, 0.0)
     # since the last server step
     since: dict[str, float] = field(default_factory=dict)
     dispatched: list[int] = field(default_factory=list)
@@ -200,7 +157,7 @@ class AsyncBook:
                        **_results_state([d for d, _, _ in self.buffer],
                                         [r for _, _, r in self.buffer])},
             "bases": {str(v): {g: x.copy() for g, x in p.items()} for v, p in self.bases.items()},
-            "wakes": np.array(self.wakes, np.float64),
+            "wakes": np.array(self.wakes, np.float64), "window": list(self.window),
             "since": dict(self.since), "totals": dict(self.totals),
             "dispatched": np.array(self.dispatched, np.int64),
             "stale_counts": self.stale_counts.copy()}
@@ -222,6 +179,7 @@ class AsyncBook:
             bases={int(v): {g: np.asarray(x, np.float32) for g, x in p.items()}
                    for v, p in s["bases"].items()},
             wakes=[float(w) for w in s["wakes"]],
+            window=(float(s["window"][0]), float(s["window"][1])),
             since={k: float(v) for k, v in s["since"].items()},
             dispatched=[int(d) for d in s["dispatched"]],
             totals={k: float(v) for k, v in s["totals"].items()},
@@ -308,13 +266,14 @@ class AsyncExecutor:
             raise RaymmError(f"aggregation {sc.aggregation.name!r} is not asynchronous")
         self.agg = agg
         pop = world.population
-        self.clock: Clock = getattr(pop, "availability", None) or SlotClock(
-            pop.period, pop.online_len, pop.phase)
+        self.clock: Availability = pop.availability
         self.flops = flops_per_sample(self.server.model, world.dataset)
         self.in_flight = np.zeros(pop.n, bool)
         self.book = AsyncBook()
         self.book.bases[0] = self.server.params
         self.heap: list[tuple[float, int]] = []  # the event queue (`AsyncBook.heap`)
+        # the current availability window's devices (`_online`)
+        self._avail: tuple[np.ndarray, int, np.ndarray] | None = None
 
     def ready(self) -> None:
         self.inner.ready()
@@ -337,6 +296,7 @@ class AsyncExecutor:
     def load_server_state(self, state: dict[str, Any]) -> None:
         self.server.load_state_dict({k: v for k, v in state.items() if k != "async"})
         self.book = AsyncBook.from_state(state["async"])
+        self._avail = None
         self.in_flight[:] = False
         self.in_flight[list(self.book.flight)] = True
 
@@ -380,7 +340,6 @@ class AsyncExecutor:
                 record.row[f"{PREFIX}in_flight"] = len(book.flight)  # after the refill
                 if is_eval_round(book.version, sc) or self._eval_due(sc, record.row):
                     record.merge(self.server.evaluate(book.version))
-                    self._time_scalars(record.row)
                 record.row["wall_seconds"] = time.perf_counter() - wall0
                 wall0 = time.perf_counter()
                 if on_round(record):
@@ -482,15 +441,20 @@ class AsyncExecutor:
             "bytes_total": server.bytes_up + server.bytes_down,
             "sim_seconds": book.clock - book.last_step_clock, "sim_seconds_total": book.clock,
             "train_loss": float(np.average(loss, weights=w)) if w.sum() > 0 else float("nan"),
+            # the seconds clock's columns (docs/time.md), over the interval since the last step
+            "sim_start_seconds": book.last_step_clock, "idle_seconds": 0.0,
+            "departed": int(since.get("departed", 0)),
+            "work_seconds": float(since.get("device_seconds", 0.0)),
+            "wasted_seconds": float(since.get("wasted_seconds", 0.0)),
+            "work_seconds_total": spent,
+            "wasted_seconds_total": totals.get("wasted_seconds", 0.0),
+            "wasted_share": totals.get("wasted_seconds", 0.0) / spent if spent else 0.0,
             f"{PREFIX}in_flight": len(book.flight),
             f"{PREFIX}staleness_mean": float(s.mean()),
             f"{PREFIX}staleness_max": int(s.max()),
             f"{PREFIX}staleness_p90": float(np.quantile(s, 0.9)),
-            f"{PREFIX}departed": int(since.get("departed", 0)),
-            f"{PREFIX}wasted_seconds": float(since.get("wasted_seconds", 0.0)),
-            f"{PREFIX}wasted_share": totals.get("wasted_seconds", 0.0) / spent if spent else 0.0,
             f"{PREFIX}arrivals_total": int(totals.get("arrivals", 0)),
-            f"{PREFIX}sim_hours": book.clock / 3600.0,
+            f"{PREFIX}crashed": int(since.get("crashed", 0)),
             **dict(server.policies.selector.round_stats()),
         }
         book.since, book.dispatched = {}, []
@@ -503,29 +467,54 @@ class AsyncExecutor:
         free = self.agg.concurrency - len(book.flight)
         if free <= 0:
             return
-        t, v = book.clock, book.version
-        online = np.flatnonzero(self.clock.available(t))
-        idle = online[~self.in_flight[online]]
-        sched = server.policies.schedule
-        eligible = idle[sched.eligible(v + 1, server.obs.sensor_mask[idle], server.sensors)]
+        t = book.clock
+        online, allowed = self._online(t)
+        eligible = allowed[~self.in_flight[allowed]]
         book.decisions += 1
         chosen = np.zeros(0, np.int64)
         if eligible.size:
-            ctx = SelectionContext(v + 1, online, eligible, free, server.obs, seeding.rng(
-                self.sc.seed, book.decisions, seeding.SERVER, "async_selection"))
+            rng = seeding.rng(self.sc.seed, book.decisions, seeding.SERVER, "async_selection")
+            ctx = SelectionContext(book.version + 1, online, eligible, free, server.obs, rng)
             chosen = np.sort(np.asarray(server.policies.selector.select(ctx), np.int64))
-            if chosen.size > free or not np.isin(chosen, eligible).all():
-                raise RuntimeError("selection policy returned devices that are not eligible "
-                                   "or more than the free slots")
-        if chosen.size < free and not book.wakes:  # wait for the next device to come online
-            later = self.clock.next_arrival(t, np.flatnonzero(~self.in_flight))
-            nxt = later[later > t]
-            if nxt.size and np.isfinite(nxt.min()):
-                book.wakes.append(float(nxt.min()))
-                heapq.heappush(self.heap, (book.wakes[-1], WAKE))
+            pos = np.minimum(np.searchsorted(allowed, chosen), allowed.size - 1)
+            if chosen.size > free or np.any(allowed[pos] != chosen) \
+                    or self.in_flight[chosen].any() or np.any(chosen[1:] == chosen[:-1]):
+                raise RuntimeError("selection policy returned devices that are not eligible, "
+                                   "repeated, or more than the free slots")
+        if chosen.size < free and not book.wakes and np.isfinite(book.window[1]):
+            # look again when availability next changes (someone may come online then)
+            book.wakes.append(book.window[1])
+            heapq.heappush(self.heap, (book.window[1], WAKE))
         if chosen.size == 0:
             return
         self._dispatch(chosen)
+
+    def _online(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(devices available at t, those of them the schedule lets take part now), sorted.
+        Availability changes only where an interval starts or ends: the set is computed once
+        per window [lo, hi) between two such instants (the window is in the checkpoint, so a
+        resumed run reads availability at the same instants)."""
+        book, server = self.book, self.server
+        lo, hi = book.window
+        if self._avail is None or not lo <= t < hi:
+            if not lo <= t < hi:  # a new window from t to the next change
+                avail = self.clock.available(t)
+                ids = np.arange(avail.shape[0])
+                ends = self.clock.departure(t, ids[avail])
+                starts = self.clock.next_arrival(t, ids[~avail])
+                hi = float(min(ends.min(initial=np.inf), starts.min(initial=np.inf)))
+                if hi <= t:  # an arrival a rounding error short of its interval: look later
+                    hi = t + 1e-6 * max(1.0, abs(t))
+                book.window = lo, hi = t, hi
+            online = np.flatnonzero(self.clock.available(lo))
+            self._avail = (online, -1, online)
+        online, version, allowed = self._avail
+        if version != book.version:  # the schedule decides per version
+            sched = server.policies.schedule
+            allowed = online[sched.eligible(book.version + 1, server.obs.sensor_mask[online],
+                                            server.sensors)]
+            self._avail = (online, book.version, allowed)
+        return online, allowed
 
     def _dispatch(self, ids: np.ndarray) -> None:
         book, server, pop, sc = self.book, self.server, self.world.population, self.sc
@@ -553,29 +542,22 @@ class AsyncExecutor:
         book.add("dispatched", ids.size)
         book.add("bytes_down", float(down.sum()))
 
-    def _time_scalars(self, row: dict[str, Any]) -> None:
-        """Accuracy against simulated time in TensorBoard (step: simulated seconds)."""
-        if self.tb is not None and "accuracy" in row:
-            self.tb.add_scalar("time/accuracy_vs_sim_seconds", float(row["accuracy"]),
-                               int(self.book.clock))
-
 
 def async_summary(rows: list[dict[str, Any]], stale_counts: np.ndarray | None = None
                   ) -> dict[str, Any]:
     """summary.json's `async` entry from the rows of an asynchronous run (empty otherwise):
-    staleness (its distribution: arrivals per staleness 0, 1, ...), wasted share, arrivals,
-    and accuracy against simulated hours."""
+    staleness (its distribution: arrivals per staleness 0, 1, ...), wasted share, arrivals.
+    Accuracy against simulated hours and the time to a target are the seconds clock's
+    (`summary.time_summary`)."""
     steps = [r for r in rows if f"{PREFIX}arrivals_total" in r]
     if not steps:
         return {}
     last = steps[-1]
     hist = {} if stale_counts is None else {"staleness_counts": stale_counts.tolist()}
-    evals = [(r["sim_seconds_total"] / 3600.0, r["accuracy"]) for r in steps if "accuracy" in r]
     return {"async": {
         "arrivals": last[f"{PREFIX}arrivals_total"],
-        "wasted_share": last[f"{PREFIX}wasted_share"],
+        "wasted_share": last["wasted_share"],
         "staleness_mean": float(np.mean([r[f"{PREFIX}staleness_mean"] for r in steps])),
         "staleness_max": int(max(r[f"{PREFIX}staleness_max"] for r in steps)),
-        "sim_hours": last["sim_seconds_total"] / 3600.0,
         "sim_seconds_per_step": float(np.mean([r["sim_seconds"] for r in steps])),
-        "accuracy_vs_sim_hours": [[h, a] for h, a in evals], **hist}}
+        **hist}}

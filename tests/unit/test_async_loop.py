@@ -123,6 +123,8 @@ def test_async_refuses_what_it_cannot_run():
                                                   "buffer": 3}))
     with pytest.raises(ScenarioError, match="exchange"):
         load_scenario(async_scenario(**{"training.exchange": "delta"}))
+    with pytest.raises(ScenarioError, match="seconds clock"):
+        load_scenario(async_scenario(**{"clock.mode": "rounds"}))
 
 
 # --- whole runs --------------------------------------------------------------------------------
@@ -141,9 +143,9 @@ def test_fedbuff_run_keeps_its_rules(tmp_path, monkeypatch):
     assert (df["participated"] == 3).all()                       # a step every M arrivals
     assert (df["async/in_flight"] <= 6).all()
     assert df["async/staleness_max"].max() >= 1                  # stale updates happen
-    assert df["async/departed"].sum() >= 1                       # and devices leave
+    assert df["departed"].sum() >= 1                       # and devices leave
     assert df["sim_seconds_total"].is_monotonic_increasing
-    assert 0 < df["async/wasted_share"].iloc[-1] < 1
+    assert 0 < df["wasted_share"].iloc[-1] < 1
     assert max(calls) > 1                                        # devices train in batches
     s = a.summary["async"]
     assert s["arrivals"] == 21 and sum(s["staleness_counts"]) == 21
@@ -165,17 +167,3 @@ def test_resume_with_updates_in_flight_is_exact(tmp_path, method):
     assert res.summary["rounds_completed"] == 7
     assert_same_run(ref, res)
 
-
-def test_slot_clock_matches_the_population_clock():
-    """The stand-in clock gives the population's availability where it has one."""
-    from raymm.app.build import build_world
-    from raymm.sim.async_loop import SlotClock
-
-    pop = build_world(load_scenario(async_scenario())).population
-    if not hasattr(pop, "availability"):
-        pytest.skip("the population has no seconds clock")
-    mine = SlotClock(pop.period, pop.online_len, pop.phase, pop.slot_seconds)
-    for t in (0.0, 59.9, 60.0, 130.0, 1234.5):
-        assert np.array_equal(mine.available(t), pop.availability.available(t))
-        assert np.array_equal(mine.departure(t), pop.availability.departure(t))
-        assert np.array_equal(mine.next_arrival(t), pop.availability.next_arrival(t))
