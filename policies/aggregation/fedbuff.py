@@ -57,6 +57,9 @@ def async_problems(scenario: Scenario, concurrency: int, buffer: int) -> list[st
         out.append("asynchronous aggregation runs on the seconds clock: set clock.mode: "
                    "seconds (the fedbuff and fedasync presets do) and leave clock.round_end "
                    "at all (there are no rounds to end)")
+    if scenario.selection.name == "all_online":
+        out.append("selection all_online ignores the free slots; an asynchronous server fills "
+                   "C slots (use random, least_selected, tide, ...)")
     if scenario.training.exchange != "params":
         out.append("asynchronous aggregation needs training.exchange: params (each device "
                    "trains from the version it is sent)")

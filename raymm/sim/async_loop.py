@@ -435,7 +435,7 @@ class AsyncExecutor:
         row = {
             "round": v, "phase": server.policies.schedule.phase(v), "online": online,
             "selected": int(since.get("dispatched", 0)), "participated": arrivals.n,
-            "failed": int(since.get("departed", 0) + since.get("crashed", 0)),
+            "failed": int(since.get("crashed", 0)),
             "bytes_down": int(since.get("bytes_down", 0)),
             "bytes_up": int(since.get("bytes_up", 0)),
             "bytes_total": server.bytes_up + server.bytes_down,
@@ -454,7 +454,6 @@ class AsyncExecutor:
             f"{PREFIX}staleness_max": int(s.max()),
             f"{PREFIX}staleness_p90": float(np.quantile(s, 0.9)),
             f"{PREFIX}arrivals_total": int(totals.get("arrivals", 0)),
-            f"{PREFIX}crashed": int(since.get("crashed", 0)),
             **dict(server.policies.selector.round_stats()),
         }
         book.since, book.dispatched = {}, []

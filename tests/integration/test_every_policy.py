@@ -58,6 +58,9 @@ NEEDS: dict[tuple[str, str], dict[str, Any]] = {
     ("aggregation", "scaffold"): {"objective": {"name": "scaffold"}},
     ("aggregation", "scaffold_delta"): {"objective": {"name": "scaffold"}},
     ("objective", "scaffold"): {"aggregation": {"name": "scaffold"}},
+    # asynchronous aggregation: its preset's seconds clock; the global model evaluated only
+    ("aggregation", "fedbuff"): {"method": "fedbuff", "eval.scope": "pooled"},
+    ("aggregation", "fedasync"): {"method": "fedasync", "eval.scope": "pooled"},
     # the worked example of a broadcast extra: µ from the aggregator, read by the objective
     ("aggregation", "adaptive_prox"): {"objective": {"name": "adaptive_prox"}},
     ("objective", "adaptive_prox"): {"aggregation": {"name": "adaptive_prox"}},

@@ -123,6 +123,8 @@ def test_async_refuses_what_it_cannot_run():
                                                   "buffer": 3}))
     with pytest.raises(ScenarioError, match="exchange"):
         load_scenario(async_scenario(**{"training.exchange": "delta"}))
+    with pytest.raises(ScenarioError, match="all_online"):
+        load_scenario(async_scenario(selection={"name": "all_online"}))
     with pytest.raises(ScenarioError, match="seconds clock"):
         load_scenario(async_scenario(**{"clock.mode": "rounds"}))
 
@@ -167,3 +169,11 @@ def test_resume_with_updates_in_flight_is_exact(tmp_path, method):
     assert res.summary["rounds_completed"] == 7
     assert_same_run(ref, res)
 
+
+
+def test_the_scenarios_selector_fills_the_slots(tmp_path):
+    """TIDE's score picks who fills a free slot (k = the free slots), among the available
+    devices not in flight."""
+    r = run(async_scenario(selection={"name": "tide", "k": 5}, rounds=4), out=tmp_path)
+    df = table(r.run_dir)
+    assert (df["participated"] == 3).all() and (df["async/in_flight"] <= 6).all()
