@@ -5,7 +5,7 @@ Writes results/clock_flash/<variant>_s<seed>/ (config.yaml, summary.json, rounds
 results/clock_flash/table.md, table.csv (mean ± std over seeds, ddof 1). A finished run kept
 there is not run again. `--smoke` runs 3 rounds of one seed into a temporary folder.
 
-    RAYMM_DATA=... nice -n 19 python scenarios/clock_flash_table.py [--rounds 150]
+    RAYMM_DATA=... nice -n 19 python scenarios/clock_flash_table.py [--rounds 500]
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "clock_flash.yaml"
 VARIANTS = {
     "all": [],
-    "all_deadline600": ["faults.deadline_seconds=600"],
+    "all_deadline60": ["faults.deadline_seconds=60"],
     "kth_oc0.3": ["clock.round_end=kth", "clock.overcommit=0.3"],
-    "kth_oc0.3_deadline600": ["clock.round_end=kth", "clock.overcommit=0.3",
-                              "faults.deadline_seconds=600"],
+    "kth_oc0.3_deadline60": ["clock.round_end=kth", "clock.overcommit=0.3",
+                              "faults.deadline_seconds=60"],
 }
 SEEDS = (42, 123, 2024)
 KEEP = ("config.yaml", "summary.json", "rounds.parquet")
@@ -81,7 +81,7 @@ def table(out: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--out", type=Path, default=REPO / "results" / "clock_flash")
     ap.add_argument("--variants", nargs="*", choices=sorted(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
