@@ -272,6 +272,8 @@ class AsyncExecutor:
         self.book = AsyncBook()
         self.book.bases[0] = self.server.params
         self.heap: list[tuple[float, int]] = []  # the event queue (`AsyncBook.heap`)
+        self._cost_cache: dict[tuple[str, ...],
+                               tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # the current availability window's devices (`_online`)
         self._avail: tuple[np.ndarray, int, np.ndarray] | None = None
 
@@ -515,18 +517,32 @@ class AsyncExecutor:
             self._avail = (online, book.version, allowed)
         return online, allowed
 
+    def _costs(self, active: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every device's bytes down, bytes up and simulated seconds (compute + traffic) for
+        the groups `active`: computed once for all devices per set of groups, read per
+        dispatch (elementwise, so the same numbers as computed for a few)."""
+        hit = self._cost_cache.get(active)
+        if hit is None:
+            pop, sc, layout = self.world.population, self.sc, self.server.layout
+            mask = pop.sensor_mask
+            down = downlink_bytes(mask, pop.sensors, active, sc.training.upload, layout.sizes,
+                                  4 * sc.model.embed_dim)
+            up = downlink_bytes(mask, pop.sensors, active, sc.training.upload, layout.sizes) \
+                if active else np.zeros(pop.n, np.int64)
+            seconds = compute_seconds(pop.num_samples, sc.training.local_epochs, self.flops,
+                                      pop.gflops) + comm_seconds(down, up, pop.down_bps,
+                                                                 pop.up_bps)
+            if len(self._cost_cache) > 8:  # schedules change active groups: keep it bounded
+                self._cost_cache.clear()
+            hit = self._cost_cache[active] = (down, up, seconds)
+        return hit
+
     def _dispatch(self, ids: np.ndarray) -> None:
-        book, server, pop, sc = self.book, self.server, self.world.population, self.sc
+        book, server = self.book, self.server
         t = book.clock
         active = server.policies.schedule.active_groups(book.version + 1, server.layout.groups)
-        mask = pop.sensor_mask[ids]
-        down = downlink_bytes(mask, pop.sensors, active, sc.training.upload,
-                              server.layout.sizes, 4 * sc.model.embed_dim)
-        up = downlink_bytes(mask, pop.sensors, active, sc.training.upload,
-                            server.layout.sizes) if active else np.zeros(ids.size, np.int64)
-        seconds = compute_seconds(pop.num_samples[ids], sc.training.local_epochs, self.flops,
-                                  pop.gflops[ids]) + comm_seconds(
-            down, up, pop.down_bps[ids], pop.up_bps[ids])
+        down_all, up_all, seconds_all = self._costs(tuple(active))
+        down, up, seconds = down_all[ids], up_all[ids], seconds_all[ids]
         depart = self.clock.departure(t, ids)
         server.obs.observe_selected(book.version + 1, ids)
         for d, s, dp, dn, u in zip(ids.tolist(), seconds.tolist(), depart.tolist(),

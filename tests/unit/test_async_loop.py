@@ -177,3 +177,14 @@ def test_the_scenarios_selector_fills_the_slots(tmp_path):
     r = run(async_scenario(selection={"name": "tide", "k": 5}, rounds=4), out=tmp_path)
     df = table(r.run_dir)
     assert (df["participated"] == 3).all() and (df["async/in_flight"] <= 6).all()
+
+
+def test_free_slots_wait_for_devices_to_come_online(tmp_path):
+    """C = every device: slots of devices offline stay free until availability changes (a
+    wake-up event, kept in the checkpoint), and the resumed run is still exact."""
+    agg = {"name": "fedbuff", "concurrency": 12, "buffer": 3}
+    ref = run(async_scenario(aggregation=agg), out=tmp_path)
+    df = table(ref.run_dir)
+    assert (df["async/in_flight"] < 12).any()
+    assert df["sim_seconds_total"].iloc[-1] > 60  # past the first availability slot
+    assert_same_run(ref, resume_from_round_3(tmp_path, ref))
