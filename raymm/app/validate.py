@@ -45,6 +45,7 @@ from raymm.models.factory import (
 from raymm.models.size import model_size_problem
 from raymm.population.devices import tier_problems
 from raymm.population.partition import iid_sizes, local_split_problem, partition_problems
+from raymm.population.traces import trace_problems
 from raymm.protocol.exchange import aggregator_problems
 from raymm.protocol.registry import AGGREGATORS, OBJECTIVES, POLICY_SECTIONS, policy_params
 from raymm.protocol.seams import Aggregator
@@ -306,7 +307,7 @@ def _check_population(sc: Scenario) -> list[str]:
             problems.append(f"population.{name}: needs at least one entry")
         elif sum(x.fraction for x in items) <= 0:
             problems.append(f"population.{name}: fractions must not all be zero")
-    return problems
+    return problems + trace_problems(pop.trace)
 
 
 def _check_exchange(sc: Scenario) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from raymm import seeding
+from raymm.data.base import resolve_data_path
 from raymm.errors import DataError
 
 #: columns of raymm's trace table; the first three are required
@@ -355,6 +356,28 @@ def load_trace(kind: str, path: str | Path, capacity: str | Path | None = None) 
     if kind == "raymm":
         return load_raymm(path)
     raise DataError(f"trace format {kind!r}: use one of {', '.join(FORMATS)}")
+
+
+def trace_problems(spec: Any) -> list[str]:
+    """What `raymm validate` says of `population.trace` (a `TraceSpec` or None) before any
+    data is read: its files exist (relative paths under $RAYMM_DATA), capacity only for
+    fedscale, a raymm table ends in .csv or .parquet."""
+    if spec is None:
+        return []
+    problems = []
+    files = [("path", spec.path)] + ([("capacity", spec.capacity)] if spec.capacity else [])
+    for key, name in files:
+        p = resolve_data_path(name)
+        if not p.is_file():
+            problems.append(f"population.trace.{key}: trace file not found: {p} (relative "
+                            "paths are resolved under $RAYMM_DATA, else the working directory)")
+    if spec.capacity is not None and spec.format != "fedscale":
+        problems.append("population.trace.capacity: only format: fedscale has a capacity file")
+    if spec.format == "raymm" and Path(spec.path).suffix.lower() not in (".csv", ".parquet",
+                                                                         ".pq"):
+        problems.append(f"population.trace.path: a raymm trace table ends in .csv or .parquet "
+                        f"(got {spec.path!r})")
+    return problems
 
 
 def map_devices(n: int, trace: Trace, seed: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from raymm.population.traces import (
     write_raymm,
 )
 
+from helpers import tiny_scenario
 from needs import full_data
 
 FLASH = {
@@ -163,3 +164,16 @@ def test_real_flash_trace():
     dep = av.departure(3600.0 * 30)
     on = av.available(3600.0 * 30)
     assert (dep[on] > 3600.0 * 30).all()
+
+
+def test_validate_names_a_bad_trace(tmp_path):
+    from raymm.app.build import load_scenario
+    from raymm.errors import ScenarioError
+
+    bad = tiny_scenario(**{"population.trace": {"path": str(tmp_path / "none.csv"),
+                                                "capacity": "x.pkl"}})
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(bad)
+    text = str(err.value)
+    assert "population.trace.path: trace file not found" in text
+    assert "only format: fedscale has a capacity file" in text
