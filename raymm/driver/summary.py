@@ -93,6 +93,10 @@ def devices_table(pop: Population, obs: dict[str, np.ndarray] | None = None) -> 
     }
     if pop.data_group is not None:  # partition.kind: grouped
         table["group"] = pop.data_group
+    if pop.trace is not None and pop.trace_entry is not None:  # population.trace
+        table["trace_entry"] = [pop.trace.names[e] for e in pop.trace_entry]
+        table["up_mbps"] = pop.up_bps * 8 / 1e6
+        table["down_mbps"] = pop.down_bps * 8 / 1e6
     if obs is not None:
         table["times_selected"] = obs["times_selected"]
         table["times_online"] = obs["times_online"]

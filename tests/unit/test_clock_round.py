@@ -93,6 +93,9 @@ def test_seconds_clock_rounds(tmp_path):
     assert s["wasted_work_share"] == pytest.approx(df["wasted_seconds"].sum()
                                                    / df["work_seconds"].sum())
     assert len(s["accuracy_vs_sim_hours"]) == int(df["accuracy"].notna().sum())
+    # every device's trace entry is in devices.parquet (times traceable to an entry)
+    devices = pd.read_parquet(res.run_dir / "devices.parquet")
+    assert set(devices["trace_entry"]) <= {"a", "b", "c", "d"}
 
 
 def test_kth_with_overcommit_keeps_k(tmp_path):
