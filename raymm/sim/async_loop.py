@@ -276,6 +276,8 @@ class AsyncExecutor:
                                tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # the current availability window's devices (`_online`)
         self._avail: tuple[np.ndarray, int, np.ndarray] | None = None
+        # those of them not in flight, kept up to date event by event (None: recompute)
+        self._idle: np.ndarray | None = None
 
     def ready(self) -> None:
         self.inner.ready()
@@ -298,7 +300,7 @@ class AsyncExecutor:
     def load_server_state(self, state: dict[str, Any]) -> None:
         self.server.load_state_dict({k: v for k, v in state.items() if k != "async"})
         self.book = AsyncBook.from_state(state["async"])
-        self._avail = None
+        self._avail = self._idle = None
         self.in_flight[:] = False
         self.in_flight[list(self.book.flight)] = True
 
@@ -363,6 +365,7 @@ class AsyncExecutor:
         book = self.book
         f = book.flight.pop(dev)
         self.in_flight[dev] = False
+        self._back_to_idle(dev)
         if f.doomed:  # left at f.depart: the work so far is wasted, nothing is uploaded
             book.add("departed", 1)
             book.add("wasted_seconds", f.depart - f.dispatched)
@@ -470,7 +473,9 @@ class AsyncExecutor:
             return
         t = book.clock
         online, allowed = self._online(t)
-        eligible = allowed[~self.in_flight[allowed]]
+        if self._idle is None:
+            self._idle = allowed[~self.in_flight[allowed]]
+        eligible = self._idle
         book.decisions += 1
         chosen = np.zeros(0, np.int64)
         if eligible.size:
@@ -508,13 +513,13 @@ class AsyncExecutor:
                     hi = t + 1e-6 * max(1.0, abs(t))
                 book.window = lo, hi = t, hi
             online = np.flatnonzero(self.clock.available(lo))
-            self._avail = (online, -1, online)
+            self._avail, self._idle = (online, -1, online), None
         online, version, allowed = self._avail
         if version != book.version:  # the schedule decides per version
             sched = server.policies.schedule
             allowed = online[sched.eligible(book.version + 1, server.obs.sensor_mask[online],
                                             server.sensors)]
-            self._avail = (online, book.version, allowed)
+            self._avail, self._idle = (online, book.version, allowed), None
         return online, allowed
 
     def _costs(self, active: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -537,6 +542,15 @@ class AsyncExecutor:
             hit = self._cost_cache[active] = (down, up, seconds)
         return hit
 
+    def _back_to_idle(self, dev: int) -> None:
+        """Device `dev` left flight: eligible again if the current window allows it."""
+        if self._idle is None or self._avail is None:
+            return
+        allowed = self._avail[2]
+        p = int(np.searchsorted(allowed, dev))
+        if p < allowed.size and allowed[p] == dev:
+            self._idle = np.insert(self._idle, int(np.searchsorted(self._idle, dev)), dev)
+
     def _dispatch(self, ids: np.ndarray) -> None:
         book, server = self.book, self.server
         t = book.clock
@@ -553,6 +567,8 @@ class AsyncExecutor:
             if not f.doomed:
                 book.pending.add(d)
         self.in_flight[ids] = True
+        if self._idle is not None:  # `ids` are sorted, eligible, hence in `_idle`
+            self._idle = np.delete(self._idle, np.searchsorted(self._idle, ids))
         book.dispatched.extend(ids.tolist())
         book.add("dispatched", ids.size)
         book.add("bytes_down", float(down.sum()))
