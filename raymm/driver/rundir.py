@@ -200,7 +200,13 @@ class RunWriter:
             0, dataformats="HWC")
 
     @staticmethod
-    def online_grid(population: Population, ids: np.ndarray, rounds: int) -> np.ndarray:
+    def online_grid(population: Population, ids: np.ndarray, rounds: int,
+                    starts: Sequence[float] | None = None) -> np.ndarray:
+        """bool [devices, rounds]: who was online in each round; with `starts` (the seconds
+        clock's round start times) availability at those instants."""
+        if starts is not None:
+            return np.stack([population.availability.available(float(s), ids)
+                             for s in starts[:rounds]], axis=1)
         return np.stack([population.online(t, ids) for t in range(1, rounds + 1)], axis=1)
 
     def end_pictures(self, population: Population, rounds: int) -> None:
@@ -212,7 +218,10 @@ class RunWriter:
 
         ids = np.arange(min(population.n, pictures.MAX_ROWS))
         done = int(self.rows[-1]["round"])
-        online = self.online_grid(population, ids, done)
+        starts = [float(r["sim_start_seconds"]) for r in self.rows] \
+            if len(self.rows) == done and all("sim_start_seconds" in r for r in self.rows) \
+            else None
+        online = self.online_grid(population, ids, done, starts)
         chosen = np.zeros_like(online)
         for t, sel in self.selected.items():
             if 1 <= t <= done:

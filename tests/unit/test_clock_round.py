@@ -195,3 +195,16 @@ def test_tensorboard_time_axis_and_availability(tmp_path):
     assert steps == [int(round(s)) for s in df["sim_seconds_total"]]
     online = acc.Scalars("availability/online_devices")
     assert len(online) == 200 and max(e.value for e in online) <= 12
+    assert "availability/online_and_selected" in acc.Tags()["images"]
+
+
+def test_online_grid_reads_the_round_starts(tmp_path):
+    from raymm.app.build import build_world, load_scenario
+    from raymm.driver.rundir import RunWriter
+
+    res, df = clock_run(tmp_path, name="grid")
+    pop = build_world(load_scenario(res.run_dir / "config.yaml")).population
+    ids = np.arange(pop.n)
+    starts = df["sim_start_seconds"].tolist()
+    grid = RunWriter.online_grid(pop, ids, len(starts), starts)
+    assert grid.sum(axis=0).tolist() == df["online"].tolist()
