@@ -99,6 +99,37 @@ def table(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def from_rows(out: Path, targets: tuple[float, ...] = (0.6, 0.7)) -> str:
+    """Hours and GiB to each target accuracy, and each method's accuracy at FedAvg's mean
+    total traffic (the last evaluation within it), from the runs' rows."""
+    # deferred: pandas only for the tables
+    import pandas as pd
+
+    gib = 1024 ** 3
+    runs = {m: [pd.read_parquet(p) for p in sorted(out.glob(f"{m}_s*/rounds.parquet"))]
+            for m in METHODS}
+    runs = {m: dfs for m, dfs in runs.items() if dfs}
+    if "fedavg" not in runs:
+        return ""
+    budget = float(np.mean([df["bytes_total"].iloc[-1] for df in runs["fedavg"]])) / gib
+    head = [f"{what} to {t:.0%}" for t in targets for what in ("hours", "GiB")]
+    lines = ["| method | " + " | ".join(head) + f" | accuracy at {budget:.3f} GiB |",
+             "| --- |" + " --- |" * (len(head) + 1)]
+    for m, dfs in runs.items():
+        evals = [df[df["accuracy"].notna()] for df in dfs]
+        cells = []
+        for t in targets:
+            hits = [ev[ev["accuracy"] >= t] for ev in evals]
+            cells += [fmt([float(h["sim_seconds_total"].iloc[0]) / 3600 if len(h) else None
+                           for h in hits]),
+                      fmt([float(h["bytes_total"].iloc[0]) / gib if len(h) else None
+                           for h in hits])]
+        cells.append(fmt([float(ev[ev["bytes_total"] / gib <= budget]["accuracy"].iloc[-1])
+                          for ev in evals]))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=float, default=3.0, help="simulated hours per run")
@@ -117,7 +148,7 @@ def main() -> int:
     for seed in args.seeds:
         for m in args.methods:
             run_one(m, seed, args.hours, args.out)
-    text = table(args.out)
+    text = table(args.out) + "\n" + from_rows(args.out)
     (args.out / "table.md").write_text(text)
     print(text)
     return 0
