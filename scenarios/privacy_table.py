@@ -117,8 +117,9 @@ def collect(out: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def _stats(vals: list[float]) -> tuple[float, float]:
-    return statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
+def _stats(vals: list[float]) -> tuple[float, float | None]:
+    """(mean, std over seeds); no std from one seed."""
+    return statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else None
 
 
 def rows_of(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -159,6 +160,13 @@ def _name(m: str) -> str:
     return METRICS.get(m, m.replace(SENSOR_ONLY, "") + " only")
 
 
+def _cell(stat: tuple[float, float | None] | None) -> str:
+    if stat is None:
+        return ""
+    mean, std = stat
+    return f"{100 * mean:.1f}" if std is None else f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
 def write_table(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> str:
     """table.csv (numbers) and table.md (mean ± std in %, the assumption on every row)."""
     head = ["method", "target ε", "seeds", "rounds", *[_name(m) for m in metrics],
@@ -167,8 +175,7 @@ def write_table(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> st
     for r in rows:
         cells = [r["method"], f"{r['target_epsilon']:g}", " ".join(map(str, r["seeds"])),
                  "/".join(map(str, r["rounds"]))]
-        cells += ["" if r[m] is None else f"{100 * r[m][0]:.1f} ± {100 * r[m][1]:.1f}"
-                  for m in metrics]
+        cells += [_cell(r[m]) for m in metrics]
         priv = r["sigma"] > 0
         cells += [f"{r['epsilon_spent']:.3f}" if priv else "∞",
                   f"{r['delta']:.2e}" if priv else "", f"{r['sigma']:.3f}" if priv else "0",
@@ -183,15 +190,17 @@ def write_table(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> st
         for r in rows:
             w.writerow([r["method"], r["target_epsilon"], " ".join(map(str, r["seeds"])),
                         "/".join(map(str, r["rounds"])),
-                        *[v for m in metrics for v in (r[m] or ("", ""))],
+                        *[("" if v is None else v) for m in metrics
+                          for v in (r[m] or ("", ""))],
                         r["epsilon_spent"], r["delta"], r["sigma"], r["releases"],
                         r["compositions"], r["sampling_rate"], r["assumption"]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells) + " |" for cells in flat]
-    text = ("Metrics in %, mean ± std over seeds; ε spent at δ is the largest over the "
-            "seeds (equal by construction: σ is calibrated to the target); B = releases one "
-            "device can have taken part in (the accountant's composition count); q = the "
-            "sampling rate of an amplified row (0: no amplification).\n\n"
+    text = ("Metrics in %, mean ± std over seeds (the mean alone from one seed); ε spent "
+            "at δ is the largest over the seeds (equal by construction: σ is calibrated to "
+            "the target); B = releases one device can have taken part in (the accountant's "
+            "composition count); q = the sampling rate of an amplified row (0: no "
+            "amplification).\n\n"
             + "\n".join(lines) + "\n")
     (out / "table.md").write_text(text)
     return text
@@ -213,7 +222,7 @@ def plot(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> Path:
             if not pts:
                 continue
             x, y, e = zip(*sorted(pts))
-            ax.errorbar(x, [100 * v for v in y], yerr=[100 * v for v in e], marker="o",
+            ax.errorbar(x, [100 * v for v in y], yerr=[100 * (v or 0.0) for v in e], marker="o",
                         capsize=3, label=method)
         ax.set_xscale("log")
         ticks = [*finite, at_inf]
