@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 
-def child(scenario: str, mode: str, c: int, m: int, arrivals: int, rounds_sync: int
-          ) -> dict[str, Any]:
+def child(scenario: str, mode: str, c: int, m: int, arrivals: int, rounds_sync: int,
+          extra: list[str]) -> dict[str, Any]:
     """One run in this process; its measurements."""
     # deferred: the parent process only spawns children
     import raymm
 
     steps = arrivals // m + 1
     sets = ["execution.executor=serial", f"eval.every={10**6}", "output.tensorboard=false",
-            "output.checkpoint_every=0", "clock.mode=seconds"]
+            "output.checkpoint_every=0", "clock.mode=seconds", *extra]
     if mode == "fedbuff":
         sets += [f"rounds={steps}", "aggregation.name=fedbuff",
                  f"aggregation.concurrency={c}", f"aggregation.buffer={m}",
@@ -87,24 +87,26 @@ def main() -> None:
     ap.add_argument("--sync-rounds", type=int, default=4)
     ap.add_argument("--modes", nargs="+", default=["fedbuff", "sync"])
     ap.add_argument("--out", default="results/async")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario override for both modes (repeatable)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.scenario, a.child, a.concurrency, a.buffer, a.arrivals,
-                               a.sync_rounds)))
+                               a.sync_rounds, a.set)))
         return
     found = []
     for mode in a.modes:
         cmd = [sys.executable, __file__, a.scenario, "--child", mode, "--concurrency",
                str(a.concurrency), "--buffer", str(a.buffer), "--arrivals", str(a.arrivals),
-               "--sync-rounds", str(a.sync_rounds)]
+               "--sync-rounds", str(a.sync_rounds), *[f"--set={x}" for x in a.set]]
         got = subprocess.run(cmd, capture_output=True, text=True, check=True)
         found.append(json.loads(got.stdout.strip().splitlines()[-1]))
         print(json.dumps(found[-1]), flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "async_scale.json").write_text(json.dumps(
-        {"scenario": a.scenario, "runs": found}, indent=1) + "\n")
+        {"scenario": a.scenario, "overrides": a.set, "runs": found}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
