@@ -64,3 +64,28 @@ def test_reassign_once_keeps_returning_senders_on_their_model():
     paper = ssca_step(deltas, np.ones(8), models, previous, SSCAParams(
         clusters=2, min_cluster_size=1), 0)
     assert len(set(paper.index[:4].tolist())) == 1 and len(set(paper.index[4:].tolist())) == 1
+
+
+def test_clustered_run_records_groups_ari_and_per_group_accuracy(tmp_path):
+    """A short run of the clustered benchmark: devices.parquet holds each device's group, the
+    rows per-group ACC and, at every sync, the ARI of SSCA's clusters."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    import policies  # noqa: F401  (registers the presets)
+    from raymm.app.api import run
+    from raymm.config.schema import apply_overrides, read_yaml
+
+    raw = apply_overrides(read_yaml(Path(__file__).resolve().parents[2] / "scenarios/ssca_clustered.yaml"),
+                          ["rounds=4", "training.local_epochs=1", "population.devices=16",
+                           "dataset.n_train=1600", "selection.k=16",
+                           "aggregation.min_cluster_size=2"])
+    res = run(raw, out=tmp_path, executor="serial")
+    devices = pd.read_parquet(res.run_dir / "devices.parquet")
+    assert devices["group"].tolist() == [g for g in range(4) for _ in range(4)]
+    rows = pd.read_parquet(res.run_dir / "rounds.parquet")
+    syncs = rows.dropna(subset=["ssca/clusters"])
+    assert len(syncs) == 2 and syncs["ssca/ari"].between(-1, 1).all()
+    evals = rows.dropna(subset=["accuracy"])
+    assert {f"acc_group/{g}" for g in range(4)} <= set(evals.columns)
