@@ -103,3 +103,14 @@ def resume_from_round_3(tmp_path: Path, ref: Any) -> Any:
         later.unlink()
     assert load(copy).round == 3
     return run(resume=copy)
+
+
+def async_scenario(method: str = "fedbuff", **kw: Any) -> dict[str, Any]:
+    """Slow devices (tens of simulated seconds per update) on 60-second availability slots,
+    a third of them offline one slot in three: updates go stale and some devices leave."""
+    agg = {"name": "fedbuff", "concurrency": 6, "buffer": 3} if method == "fedbuff" \
+        else {"name": "fedasync", "concurrency": 4}
+    return tiny_scenario(**{
+        "method": method, "rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
+        "aggregation": agg, "execution.devices_per_actor": 6,
+        "population.hardware": [{"gflops": 3e-6, "jitter": 0.6}], **kw})

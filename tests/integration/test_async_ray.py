@@ -8,17 +8,7 @@ import pytest
 from raymm.app.api import run
 from raymm.driver.checkpoint import read
 
-from helpers import resume_from_round_3, tiny_scenario
-
-
-def async_scenario(method, **kw):
-    """tests/unit/test_async_loop.py's scenario: slow devices on 60-second slots, some leave."""
-    agg = {"name": "fedbuff", "concurrency": 6, "buffer": 3} if method == "fedbuff" \
-        else {"name": "fedasync", "concurrency": 4}
-    return tiny_scenario(**{
-        "method": method, "rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
-        "aggregation": agg, "execution.devices_per_actor": 6,
-        "population.hardware": [{"gflops": 3e-6, "jitter": 0.6}], **kw})
+from helpers import async_scenario, resume_from_round_3
 
 
 def assert_same_run(a, b):

@@ -18,18 +18,7 @@ from raymm.protocol.asynchrony import Arrivals, discount
 from raymm.sim.async_loop import WAKE, AsyncBook, Flight, Result
 from raymm.sim.serial import SerialExecutor
 
-from helpers import resume_from_round_3, tiny_scenario
-
-
-def async_scenario(method="fedbuff", **kw):
-    """Slow devices (tens of simulated seconds per update) on 60-second availability slots,
-    a third of them offline one slot in three: updates go stale and some devices leave."""
-    agg = {"name": "fedbuff", "concurrency": 6, "buffer": 3} if method == "fedbuff" \
-        else {"name": "fedasync", "concurrency": 4}
-    return tiny_scenario(**{
-        "method": method, "rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
-        "aggregation": agg, "execution.devices_per_actor": 6,
-        "population.hardware": [{"gflops": 3e-6, "jitter": 0.6}], **kw})
+from helpers import async_scenario, resume_from_round_3
 
 
 def table(run_dir):
