@@ -77,7 +77,8 @@ def test_clustered_run_records_groups_ari_and_per_group_accuracy(tmp_path):
     from raymm.app.api import run
     from raymm.config.schema import apply_overrides, read_yaml
 
-    raw = apply_overrides(read_yaml(Path(__file__).resolve().parents[2] / "scenarios/ssca_clustered.yaml"),
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "ssca_clustered.yaml"
+    raw = apply_overrides(read_yaml(scenario),
                           ["rounds=4", "training.local_epochs=1", "population.devices=16",
                            "dataset.n_train=1600", "selection.k=16",
                            "aggregation.min_cluster_size=2"])
