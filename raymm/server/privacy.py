@@ -100,9 +100,16 @@ class PrivacyLedger:
         rounds = [t for t in range(1, sc.rounds + 1) if sync_window(t, sc, schedule)[1]]
         ids = np.arange(self.n)
         online = np.zeros(self.n, np.int64)
-        everyone = True
+        # on the seconds clock a release's instant is known only when the run gets there: a
+        # device counts as online at every release, and as such for the amplification only
+        # if it never leaves (conservative: a larger bound, never a smaller one)
+        seconds = sc.clock.mode == "seconds"
+        always = bool(np.isinf(population.availability.departure(0.0, ids)).all()) \
+            if seconds else True
+        everyone = always
         for t in rounds:  # who can be picked at each release: online, and admitted by a
-            on = population.online(t, ids)  # fixed schedule (a chain's phase)
+            # fixed schedule (a chain's phase)
+            on = np.ones(self.n, bool) if seconds else population.online(t, ids)
             on[on] = schedule.eligible(t, population.sensor_mask[on], population.sensors)
             online += on
             everyone = everyone and bool(on.all())

@@ -166,6 +166,33 @@ def test_calibrated_sigma_meets_the_target():
     assert 3.95 < acc.get_epsilon(1e-5) <= 4.0
 
 
+def _seconds_ledger(leaves: bool) -> PrivacyLedger:
+    """Calibration on the seconds clock, with a round-indexed clock that says 'offline' (it
+    must not be read: the releases' instants are not known before the run)."""
+    sc = Scenario.model_validate({"name": "p", "rounds": 50, "clock": {"mode": "seconds"},
+                                  "selection": {"name": "random", "k": 10},
+                                  "privacy": {"mode": "central", "target_epsilon": 4.0,
+                                              "on_target": "calibrate", "delta": 1e-5}})
+    pop = _population(100, online=False)
+    end = 600.0 if leaves else np.inf
+    pop.availability = SimpleNamespace(departure=lambda s, ids: np.full(len(ids), end))
+    joint = SimpleNamespace(eligible=lambda t, mask, sensors: np.ones(len(mask), bool))
+    return PrivacyLedger(sc, pop, {"shared": 4}, schedule=joint)
+
+
+def test_seconds_clock_calibration_amplifies_only_when_nobody_leaves():
+    stays, leaves = _seconds_ledger(leaves=False), _seconds_ledger(leaves=True)
+    amplified, composed = rdp.RdpAccountant(), rdp.RdpAccountant()
+    amplified.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.1, dp_accounting.GaussianDpEvent(stays.sigma)), 50))
+    # a device that may leave: no amplification, and every release counts for it
+    composed.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(leaves.sigma), 50))
+    assert 3.95 < amplified.get_epsilon(1e-5) <= 4.0
+    assert 3.95 < composed.get_epsilon(1e-5) <= 4.0
+    assert leaves.sigma > stays.sigma
+
+
 def _always_on(**over: Any) -> dict[str, Any]:
     return tiny_scenario(**{"population.availability": [{"pattern": "always"}], **over})
 
