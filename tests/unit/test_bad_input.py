@@ -151,7 +151,7 @@ def test_corrupt_data_files_exit_2_and_write_nothing(tmp_path, capsys, monkeypat
 
 @pytest.mark.parametrize("setting, field", [
     ("aggregation.kappa=0", "aggregation.kappa"), ("aggregation.kappa=1.01", "aggregation.kappa"),
-    ("aggregation.pi=0", "aggregation.pi"), ("aggregation.pi=1", "aggregation.pi"),
+    ("aggregation.pi=0", "aggregation.pi"), ("aggregation.pi=1.01", "aggregation.pi"),
     ("selection.k=0", "selection.k"), ("rounds=-1", "rounds"), ("seed=-1", "seed")])
 def test_ssca_ranges_and_k_zero(capsys, setting, field):
     path = str(Path(__file__).resolve().parents[2] / "scenarios" / "fedmchain_synthetic.yaml")
