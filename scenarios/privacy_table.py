@@ -207,11 +207,12 @@ def write_table(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> st
 
 
 def plot(rows: list[dict[str, Any]], metrics: list[str], out: Path) -> Path:
-    """accuracy_vs_epsilon.png: one panel per metric, one line per method, ε on a log axis
+    """accuracy_vs_epsilon.png: one panel per metric (best and final accuracy; tier F1 and the
+    worst-case drop where reported), one line per method, ε on a log axis
     with the non-private run drawn at the right as ∞ (error bars: std over seeds)."""
     finite = sorted({r["target_epsilon"] for r in rows if math.isfinite(r["target_epsilon"])})
     at_inf = 2 * finite[-1] if finite else 1.0
-    shown = [m for m in metrics if not m.startswith(SENSOR_ONLY) and m != "final_accuracy"]
+    shown = [m for m in metrics if not m.startswith(SENSOR_ONLY)]
     fig = Figure(figsize=(4.6 * len(shown), 3.8))
     FigureCanvasAgg(fig)  # its own Agg canvas: no pyplot state (as raymm.driver.pictures)
     axes = fig.subplots(1, len(shown), squeeze=False, gridspec_kw={"wspace": 0.3})[0]
