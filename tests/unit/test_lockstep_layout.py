@@ -10,6 +10,7 @@ from torch.func import vmap
 from raymm.device.local_update import in_layout_of, laid_out, memory_order
 
 from helpers import host_round
+from needs import needs_batch_invariant_matmul
 
 
 def _vmapped_linear_grads(weight: torch.Tensor) -> torch.Tensor:
@@ -53,6 +54,7 @@ def test_laid_out_round_trips_and_skips_a_tensor_already_in_order():
     assert laid_out(c, (0, 2, 1)) is c
 
 
+@needs_batch_invariant_matmul
 def test_the_learned_layout_does_not_change_a_lock_step_round():
     """Round 2 starts from the layout round 1 learned; the same round from a fresh trainer
     (row-major starts, copied at the first step) gives the same bits."""

@@ -25,6 +25,7 @@ from raymm.protocol.messages import ClusterModels
 from raymm.protocol.seams import LossInputs, Objective
 
 from helpers import host_round, tiny_scenario
+from needs import needs_batch_invariant_matmul
 
 TOL = 1e-5
 
@@ -60,6 +61,7 @@ def test_vectorised_matches_sequential(extra):
                                [r["train_loss"] for r in seq_rows], atol=TOL)
 
 
+@needs_batch_invariant_matmul
 @pytest.mark.parametrize("extra", [
     {},
     {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
@@ -111,6 +113,7 @@ def _same_result(a, b):
     assert (a.extras, a.states, a.reports, a.errors) == (b.extras, b.states, b.reports, b.errors)
 
 
+@needs_batch_invariant_matmul
 @pytest.mark.parametrize("combine", [False, True])
 def test_a_plain_round_hands_the_rows_out_as_device_by_device_would(combine):
     """Nothing kept or reported per device: the lock-step rows become the result directly.
