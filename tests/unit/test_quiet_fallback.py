@@ -26,7 +26,9 @@ def fresh(monkeypatch):
 
 
 def test_on_the_tested_ray_both_patches_apply(capsys):
-    original = ray_worker.print_to_stdstream
+    # Ray's own hook, also when an earlier test in this process already patched it
+    current = ray_worker.print_to_stdstream
+    original = getattr(current, "__wrapped__", current)
     quiet.quiet_ray()
     assert ray_worker.print_to_stdstream is not original
     assert ray_worker.print_to_stdstream.__wrapped__ is original
