@@ -16,6 +16,7 @@ from raymm.app.build import build_world, load_scenario
 from raymm.sim.engine import run_rounds
 
 from helpers import tiny_scenario
+from needs import batched_matmul_is_batch_invariant
 
 
 @pytest.mark.ray
@@ -44,4 +45,7 @@ def test_point_one_gpu_actors_pack_ten_per_gpu(tmp_path, ray_session):
         ex.shutdown()
     ref = run(load_scenario({**raw, "execution": {"executor": "serial"}}), out=tmp_path).params
     for g in ref:
-        assert np.array_equal(ray_params[g], ref[g]), g
+        if batched_matmul_is_batch_invariant():
+            assert np.array_equal(ray_params[g], ref[g]), g
+        else:  # lock-step in blocks of 2 here, of 40 serially: last bits (tests/needs.py)
+            np.testing.assert_allclose(ray_params[g], ref[g], rtol=0, atol=1e-6, err_msg=g)
