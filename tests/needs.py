@@ -16,6 +16,7 @@ The data-path tests that need only a little real data read the subsets in
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -84,13 +85,16 @@ def fixture(name: str) -> Path:
     return path
 
 
+@functools.cache
 def batched_matmul_is_batch_invariant() -> bool:
     """Whether torch's CPU matmul gives each batch element the same bits whatever the batch
     size: the premise of every bit-for-bit lock-step test (a device's numbers must not depend
     on the devices it shares a program with). Measured, not assumed: on the machines this
     project was built on (Intel CPUs, torch's MKL) it holds; on an AMD EPYC with AVX-512 the same
     torch 2.9.1 wheel gives `bmm` over 8 matrices of 7×16 @ 16×64 results that differ from one
-    at a time in the last bit (MKL picks its kernels by CPU vendor; MKL_CBWR does not apply)."""
+    at a time in the last bit (MKL picks its kernels by CPU vendor; MKL_CBWR does not apply).
+    Measured once, when this module is imported (the answer can change with torch's thread
+    count, which tests set)."""
     # deferred: torch only for the tests that ask
     import torch
 

@@ -22,6 +22,8 @@ from raymm.protocol.seams import LossInputs
 from raymm.sim.engine import run_round
 from raymm.sim.serial import SerialExecutor
 
+from needs import batched_matmul_is_batch_invariant
+
 SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
 TOL = 1e-4
 
@@ -45,23 +47,26 @@ def test_mcft_vectorised_matches_sequential(caplog) -> None:
     assert "failed" not in caplog.text and "sequentially" not in caplog.text
     assert not any(isinstance(h, LockstepHost) for h in seq.hosts)
     assert seq.server.params.keys() == vec.server.params.keys()
+    # where batched matmul is not batch-invariant (tests/needs.py) the two paths round
+    # differently at every step, and after six rounds they stand a few 1e-4 apart
+    tol = TOL if batched_matmul_is_batch_invariant() else 1e-3
     for g in seq.server.params:
         np.testing.assert_allclose(vec.server.params[g], seq.server.params[g], rtol=0,
-                                   atol=TOL, err_msg=g)
+                                   atol=tol, err_msg=g)
     seq_models = seq.server.policies.aggregator.models
     vec_models = vec.server.policies.aggregator.models
     assert seq_models.keys() == vec_models.keys() and seq_models
     for g in seq_models:
-        np.testing.assert_allclose(vec_models[g], seq_models[g], rtol=0, atol=TOL, err_msg=g)
+        np.testing.assert_allclose(vec_models[g], seq_models[g], rtol=0, atol=tol, err_msg=g)
     seq_dev = {d: s.to_record() for h in seq.hosts for d, s in h.states.items()}
     vec_dev = {d: s.to_record() for h in vec.hosts for d, s in h.states.items()}
     assert seq_dev.keys() == vec_dev.keys() and seq_dev
     for d in seq_dev:
         assert seq_dev[d].keys() == vec_dev[d].keys()
         for k in seq_dev[d]:
-            np.testing.assert_allclose(vec_dev[d][k], seq_dev[d][k], rtol=0, atol=TOL,
+            np.testing.assert_allclose(vec_dev[d][k], seq_dev[d][k], rtol=0, atol=tol,
                                        err_msg=f"{d} {k}")
-    np.testing.assert_allclose(vec_loss, seq_loss, atol=TOL)
+    np.testing.assert_allclose(vec_loss, seq_loss, atol=tol)
 
 
 def _inputs(weight, b: int = 6, pad: int = 0) -> LossInputs:
