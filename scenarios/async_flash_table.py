@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from raymm.results.tables import mean_std
+
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "clock_flash.yaml"
 METHODS = {
@@ -73,12 +75,7 @@ def value(s: dict[str, Any], column: str) -> Any:
 
 
 def fmt(values: list[Any]) -> str:
-    v = [x for x in values if x is not None]
-    if not v:
-        return "–"
-    if len(v) < len(values):
-        return f"{np.mean(v):.3f} ({len(v)}/{len(values)} reached)"
-    return f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else f"{v[0]:.3f}"
+    return mean_std(values, count_missing=True)
 
 
 def table(out: Path) -> str:

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+from raymm.results.tables import mean_std
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "clock_flash.yaml"
@@ -67,12 +67,7 @@ def run_one(variant: str, seed: int, rounds: int, out: Path) -> dict:
 
 
 def fmt(values: list) -> str:
-    v = [x for x in values if x is not None]
-    if not v:
-        return "–"
-    if len(v) < len(values):
-        return f"{np.mean(v):.3f} ({len(v)}/{len(values)} reached)"
-    return f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else f"{v[0]:.3f}"
+    return mean_std(values, count_missing=True)
 
 
 def table(out: Path) -> str:

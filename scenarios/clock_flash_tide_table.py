@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+from raymm.results.tables import mean_std
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "clock_flash.yaml"
@@ -118,14 +118,7 @@ def run_one(variant: str, seed: int, rounds: int, out: Path) -> dict:
 
 
 def fmt(values: list, digits: int) -> str:
-    v = [x for x in values if x is not None]
-    if not v:
-        return "–"
-    if len(v) < len(values):
-        return f"{np.mean(v):.{digits}f} ({len(v)}/{len(values)} reached)"
-    if len(v) == 1:
-        return f"{v[0]:.{digits}f}"
-    return f"{np.mean(v):.{digits}f} ± {np.std(v, ddof=1):.{digits}f}"
+    return mean_std(values, digits=digits, count_missing=True)
 
 
 def load(folder: Path, pattern: str, devices: Path | None = None) -> list[dict]:

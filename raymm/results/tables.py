@@ -96,14 +96,24 @@ def compare(run_dirs: Sequence[str | Path], budget_gib: float | None = None,
     return Comparison(records, budget, to_markdown(records, budget))
 
 
-def _pct(values: list[Any], scale: float = 100.0, digits: int = 2) -> str:
+def mean_std(values: list[Any], scale: float = 1.0, digits: int = 3,
+             count_missing: bool = False) -> str:
+    """Mean ± sample std of the values that exist (None and NaN left out), each × scale; one
+    value alone, "–" for none. `count_missing`: when some are missing (a target a run never
+    reached), the mean and "(k/n reached)" instead of a std over the survivors."""
     vals = [float(v) * scale for v in values if v is not None and not
             (isinstance(v, float) and math.isnan(v))]
     if not vals:
         return "–"
+    if count_missing and len(vals) < len(values):
+        return f"{np.mean(vals):.{digits}f} ({len(vals)}/{len(values)} reached)"
     if len(vals) == 1:
         return f"{vals[0]:.{digits}f}"
     return f"{np.mean(vals):.{digits}f} ± {np.std(vals, ddof=1):.{digits}f}"
+
+
+def _pct(values: list[Any], scale: float = 100.0, digits: int = 2) -> str:
+    return mean_std(values, scale, digits)
 
 
 def to_markdown(records: list[dict[str, Any]], budget: float | None) -> str:
