@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from raymm.app.bench import SCENARIO, settle
+from raymm.app.treemem import tree_pids
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE = ["--num-cpus=1", "--num-gpus=0", f"--memory={2 * 2**30}",
@@ -96,27 +97,15 @@ def cpu_by_role(root: int) -> dict[str, float]:
     """CPU seconds (user + system) so far of `root`'s process tree, by role: the DeviceActors
     (Ray titles their processes `ray::DeviceActor`), everything else (driver, ServerActor,
     Ray's daemons)."""
-    parent: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        parent.setdefault(int(fields[1]), []).append(pid)
-        stats[pid] = fields
     tick = os.sysconf("SC_CLK_TCK")
     out = {"actors": 0.0, "rest": 0.0}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo += parent.get(pid, [])
+    for pid in tree_pids(root):
         try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        cpu = (int(stats[pid][11]) + int(stats[pid][12])) / tick  # utime, stime
+        cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
         out["actors" if title.startswith(b"ray::DeviceActor") else "rest"] += cpu
     return out
 
