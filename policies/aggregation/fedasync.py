@@ -15,26 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from policies.aggregation.fedbuff import async_problems
+from policies.aggregation.fedbuff import AsyncParams, async_problems
 from raymm.config.schema import Scenario
-from raymm.protocol.asynchrony import Arrivals, AsyncAggregator, Discount, discount
+from raymm.protocol.asynchrony import Arrivals, AsyncAggregator, discount
 from raymm.protocol.registry import AGGREGATORS
 
 
-class FedAsyncParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    #: C, devices in flight at once
-    concurrency: int = Field(default=10, ge=1)
+class FedAsyncParams(AsyncParams):
     #: α, the mixing weight of a fresh arrival
     alpha: float = Field(default=0.6, gt=0, le=1)
-    #: f(s): poly (1+s)^-a, constant, or hinge (1 up to b, then 1/(a(s-b)+1))
-    staleness: Discount = "poly"
-    #: a of the staleness function
-    staleness_a: float = Field(default=0.5, ge=0)
-    #: b of the hinge function
-    staleness_b: float = Field(default=4.0, ge=0)
 
 
 @AGGREGATORS.register("fedasync")

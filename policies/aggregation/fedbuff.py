@@ -26,20 +26,25 @@ from raymm.protocol.asynchrony import Arrivals, AsyncAggregator, Discount, disco
 from raymm.protocol.registry import AGGREGATORS
 
 
-class FedBuffParams(BaseModel):
+class AsyncParams(BaseModel):
+    """What FedBuff and FedAsync share: the devices in flight and the staleness discount."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     #: C, devices in flight at once
     concurrency: int = Field(default=10, ge=1)
-    #: M, arrivals per server step
-    buffer: int = Field(default=5, ge=1)
-    #: η, the server learning rate
-    server_lr: float = Field(default=1.0, gt=0)
     #: f(s): poly (1+s)^-a, constant, or hinge (1 up to b, then 1/(a(s-b)+1))
     staleness: Discount = "poly"
     #: a of the discount (poly: 0.5 is 1/√(1+s))
     staleness_a: float = Field(default=0.5, ge=0)
     #: b of the hinge discount
     staleness_b: float = Field(default=4.0, ge=0)
+
+
+class FedBuffParams(AsyncParams):
+    #: M, arrivals per server step
+    buffer: int = Field(default=5, ge=1)
+    #: η, the server learning rate
+    server_lr: float = Field(default=1.0, gt=0)
     #: each arrival's weight: its sample count, or 1
     weighting: Literal["samples", "uniform"] = "samples"
 
