@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
@@ -112,12 +113,7 @@ def accuracy_vs_traffic(curves: dict[str, tuple[np.ndarray, np.ndarray]],
     if budget_gib is not None:
         ax.axvline(budget_gib, color="k", linestyle=":", label=f"budget B = {budget_gib:g} GiB")
         ax.axvline(budget_gib / 2, color="grey", linestyle=":", label="B/2")
-    ax.set_xlabel("cumulative communication (GiB)")
-    ax.set_ylabel("test accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _accuracy_axes(fig, ax, "cumulative communication (GiB)")
 
 
 def accuracy_vs_sim_hours(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
@@ -127,7 +123,12 @@ def accuracy_vs_sim_hours(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> F
     cmap = colormaps["tab20" if len(curves) > 10 else "tab10"]
     for i, (name, (hours, acc)) in enumerate(curves.items()):
         ax.plot(hours, acc, marker=".", label=name, color=cmap(i % cmap.N))
-    ax.set_xlabel("simulated time (hours)")
+    return _accuracy_axes(fig, ax, "simulated time (hours)")
+
+
+def _accuracy_axes(fig: Figure, ax: Axes, xlabel: str) -> Figure:
+    """The accuracy curves' common finish: labels, grid, legend."""
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
