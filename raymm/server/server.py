@@ -111,14 +111,15 @@ class Server:
         server answers with the plan it made, whatever the reports."""
         if self._planned is not None and self._planned[0].round == t:
             return self._planned
-        online = np.sort(np.concatenate([r.device_ids for r in reports])) if reports \
-            else np.zeros(0, np.int64)
         if self.clock is not None:  # who is available at the round's start (seconds clock)
             online = self.clock.begin(self.sim_seconds)
             self.obs.observe_online(online, self.clock.num_samples[online])
         elif reports:
             ids = np.concatenate([r.device_ids for r in reports])
             self.obs.observe_online(ids, np.concatenate([r.num_samples for r in reports]))
+            online = np.sort(ids)
+        else:
+            online = np.zeros(0, np.int64)
         sched = self.policies.schedule
         sched.begin_round(t, self.obs)  # a schedule that decides as it goes decides here
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
