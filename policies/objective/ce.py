@@ -27,6 +27,9 @@ class CrossEntropy(Objective):
     #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
     #: train many devices at once with it
     vectorisable = True
+    #: reads held sensors from `inp.present` only; its proximal term is zero for a parameter
+    #: at its received value: devices of every sensor set share a lock-step program
+    mixes_sensor_sets = True
 
     def __init__(self, params: CEParams) -> None:
         self.mu = params.mu

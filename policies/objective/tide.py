@@ -138,6 +138,9 @@ class TideObjective(Objective):
     #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
     #: train many devices at once with it
     vectorisable = True
+    #: reads held sensors from `inp.present` only; its proximal term is zero for a parameter
+    #: at its received value: devices of every sensor set share a lock-step program
+    mixes_sensor_sets = True
 
     def __init__(self, params: TideObjectiveParams) -> None:
         self.p = params

@@ -14,10 +14,13 @@ of it: step s runs on that prefix only, and the devices after it are set aside a
 (parameters, optimizer state, gradient sums) until the next epoch or the end -- a device takes
 exactly its own steps and no others, so nothing is computed for devices without a minibatch,
 and a bucket's step count is that of its longest device rather than one program per distinct
-step count. Adam's bias correction is one step count per parameter, so under Adam with several
-epochs (where a device set aside would rejoin having skipped steps) the bucket key also holds
-the steps per epoch. The last minibatch of an epoch is shorter for some devices than for others:
-it is padded to the batch size, and `LossInputs.weight` marks real rows 1 and padding 0.
+step count. Under Adam a device set aside rejoins having skipped steps: its bias correction
+follows its own step count (`raymm.device.local_update.StepCount`). The last minibatch of an
+epoch is shorter for some devices than for others: it is padded to the batch size, and
+`LossInputs.weight` marks real rows 1 and padding 0. An objective that declares
+`mixes_sensor_sets` lets devices of every sensor set share a bucket: a sensor a device lacks is
+its all-zero input, its presence mask says so, and the gradient of a group it does not train is
+dropped (`LockstepTrainer._keeps`).
 Minibatch order, augmentation draws and everything else random come from the same per-device
 streams as the sequential path.
 
@@ -110,7 +113,7 @@ class ChunkRun:
 
     reqs: list[Request]
     sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
-    groups: list[str]
+    groups: list[str]                      # every group a device trains (each: `reqs[i].groups`)
     flat: dict[str, np.ndarray]            # group (and LOCAL with an adapter) -> float32 [G, P]
     loss: np.ndarray                       # float64 [G]: mean minibatch loss
     steps: np.ndarray                      # int [G]: optimizer steps taken
@@ -174,16 +177,18 @@ class LockstepTrainer:
 
     def _buckets(self, requests: list[Request]) -> list[list[Request]]:
         """Devices that share held sensors and trained groups, most steps per epoch first
-        (then by id). Under Adam with several epochs, also the same steps per epoch: a device
-        that skipped a step would need a bias correction of its own when it rejoins. A device
-        without samples is left out (the sequential path trains it)."""
+        (then by id). An objective that declares `mixes_sensor_sets` lets devices of every
+        sensor set share one bucket; devices that train other groups share it too unless
+        weight decay would move a parameter a device does not train (see `_train_chunk`). A
+        device without samples is left out (the sequential path trains it)."""
         t = self.base.training
-        split = t.optimizer == "adam" and t.local_epochs > 1
+        mixed = self.objective.mixes_sensor_sets
         buckets: dict[tuple[Any, ...], list[tuple[int, int, Request]]] = {}
         for r in requests:
             steps = -(-r.indices.shape[0] // t.batch_size)
             if steps:
-                key = (r.held.tobytes(), r.groups, steps if split else 0)
+                key = ((r.groups,) if t.weight_decay else ()) if mixed else \
+                    (r.held.tobytes(), r.groups)
                 buckets.setdefault(key, []).append((-steps, r.device, r))
         return [[r for *_, r in sorted(b, key=lambda e: e[:2])]
                 for _, b in sorted(buckets.items())]
@@ -193,17 +198,21 @@ class LockstepTrainer:
                      ) -> ChunkRun:
         base, t = self.base, self.base.training
         use_adapter = self.use_adapter
-        groups = list(reqs[0].groups)
+        # every group any device of the chunk trains (all of them but in a mixed bucket)
+        trained = {g for r in reqs for g in r.groups}
+        groups = [g for g in self.layout.slots if g in trained]
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:
             raise ValueError("no trainable parameters")
         sources = [self._sources(r) for r in reqs]
         params, shared, dev_frozen = self._initial(sources, names)
         anchor = dict(params)
-        local_t = self._device_tensors(reqs, groups)
-        held = reqs[0].held
-        held_names = tuple(m for m, h in zip(self.sensors, held) if h)
-        held_t = torch.from_numpy(held.astype(np.float32)).to(base.device)
+        local_t = self._device_tensors(reqs)
+        helds = np.stack([r.held for r in reqs])               # [G, M]
+        per_held = [tuple(m for m, h in zip(self.sensors, held) if h) for held in helds]
+        held_names = tuple(m for m, h in zip(self.sensors, helds.any(0)) if h)
+        held_t = torch.from_numpy(helds.astype(np.float32)).to(base.device)
+        keeps = self._keeps(reqs, names)
         devices = np.array([r.device for r in reqs], np.int64)
         seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
         data_aug = base.dataset.augment
@@ -233,18 +242,18 @@ class LockstepTrainer:
                 rows = all_rows[epoch] if not gens else \
                     self._epoch_rows(reqs, gens, sizes, steps)
                 for s, k in enumerate(training):
-                    xb, present = self._inputs(rows[:k, s], held, held_t)
+                    xb, present = self._inputs(rows[:k, s], helds[:k], held_t[:k])
                     y = base.train_y.index_select(0, rows[:k, s].reshape(-1)).view(k, -1)
                     if augment is not None or data_aug is not None:
                         xb, present = self._augment(augment, data_aug, xb, present,
-                                                    weight[:k, s], held_names, gens[:k],
+                                                    weight[:k, s], per_held[:k], gens[:k],
                                                     aug_gens[:k])
                     yield Batch(xb, y, present, weight[:k, s])
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
         done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
-                                                                 local_t),
+                                                                 local_t, keeps),
                           grad_sum=self.objective.needs_grad_mean)
         self.orders.update({n: memory_order(p) for n, p in done.params.items()})
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
@@ -302,12 +311,28 @@ class LockstepTrainer:
                 shared[n] = p
         return {n: train[n] for n in names}, shared, frozen
 
-    def _device_tensors(self, reqs: list[Request], groups: list[str]) -> Params:
+    def _keeps(self, reqs: list[Request], names: list[str]) -> dict[str, Tensor]:
+        """In a bucket that mixes trained groups: per parameter some device does not train,
+        bool [G] (True: the device trains it). That device's gradient of it is dropped, so
+        its optimizer leaves it exactly as it was (no weight decay in such a bucket:
+        `_buckets`), as the sequential path leaves a group it does not train."""
+        out = {}
+        for n in names:
+            grp = self.slot_of[n][0]
+            if grp == LOCAL:
+                continue
+            mask = np.array([grp in r.groups for r in reqs])
+            if not mask.all():
+                out[n] = torch.from_numpy(mask).to(self.base.device)
+        return out
+
+    def _device_tensors(self, reqs: list[Request]) -> Params:
         """The objective's `device_tensors` of every device (its own state), stacked."""
         if not self.objective.overrides(Objective.device_tensors):
             return {}
         prepare = self.objective.device_tensors
-        per = [prepare(r.state or {}, self.bcast_extras, self.layout, groups) for r in reqs]
+        per = [prepare(r.state or {}, self.bcast_extras, self.layout, list(r.groups))
+               for r in reqs]
         keys = set(per[0])
         if any(set(p) != keys for p in per):
             raise ValueError("device_tensors returned different keys for devices of one bucket")
@@ -350,25 +375,33 @@ class LockstepTrainer:
         real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
         return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.device)
 
-    def _inputs(self, rows: Tensor, held: np.ndarray, held_t: Tensor
+    def _inputs(self, rows: Tensor, helds: np.ndarray, held_t: Tensor
                 ) -> tuple[dict[str, Tensor], Tensor]:
+        """Each device's minibatch [G, B, ...] per sensor, all-zero for a sensor it lacks
+        (`helds` [G, M]), and the presence mask [G, B, M]."""
         base = self.base
         g, b = rows.shape
         flat = rows.reshape(-1)
-        xb = {m: base.rows(m, flat).view((g, b) + base.dataset.sensor_shape(m))
-              if h else
-              torch.zeros(base.dataset.sensor_shape(m), device=base.device).expand(
-                  (g, b) + base.dataset.sensor_shape(m))
-              for m, h in zip(self.sensors, held)}
-        return xb, held_t.expand(g, b, -1)
+        xb = {}
+        for j, m in enumerate(self.sensors):
+            shape = (g, b) + base.dataset.sensor_shape(m)
+            if not helds[:, j].any():
+                xb[m] = torch.zeros(shape[2:], device=base.device).expand(shape)
+                continue
+            x = base.rows(m, flat).view(shape)
+            if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
+                lacks = torch.from_numpy(~helds[:, j]).to(base.device)
+                x = x.masked_fill(lacks.view((g,) + (1,) * (x.dim() - 1)), 0.0)
+            xb[m] = x
+        return xb, held_t[:, None, :].expand(g, b, -1)
 
     def _augment(self, augment: Callable[..., Any] | None, data_aug: Callable[..., Any] | None,
                  xb: dict[str, Tensor], present: Tensor, weight: Tensor,
-                 held_names: tuple[str, ...], gens: list[torch.Generator],
+                 per_held: list[tuple[str, ...]], gens: list[torch.Generator],
                  aug_gens: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
         """The objective's augmentation, then the dataset's, device by device with each
-        device's own generators, on the real rows only (as the sequential path calls them),
-        padding re-attached after."""
+        device's own generators and held sensors, on the real rows only (as the sequential
+        path calls them), padding re-attached after."""
         real = weight.sum(1).to(torch.int64).tolist()
         xs: dict[str, list[Tensor]] = {m: [] for m in xb}
         ps = []
@@ -376,9 +409,9 @@ class LockstepTrainer:
             n = real[i]
             xa, pa = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
             if augment is not None:
-                xa, pa = augment(xa, pa, held_names, self.sensors, gen)
+                xa, pa = augment(xa, pa, per_held[i], self.sensors, gen)
             if data_aug is not None:
-                xa = data_aug(xa, held_names, aug_gens[i])
+                xa = data_aug(xa, per_held[i], aug_gens[i])
             for m in xb:
                 xs[m].append(torch.cat([xa[m], xb[m][i, n:]]))
             ps.append(torch.cat([pa, present[i, n:]]))
@@ -402,7 +435,7 @@ class LockstepTrainer:
 
     def _outcomes(self, run: ChunkRun, rnd: int) -> dict[int, DeviceOutcome]:
         objective = self.objective
-        reqs, sources, groups, steps = run.reqs, run.sources, run.groups, run.steps
+        reqs, sources, steps = run.reqs, run.sources, run.steps
         use_adapter, mean_grads = self.use_adapter, run.mean_grads
         # the defaults report and keep nothing: skip reloading the module and copying vectors
         report = objective.device_extras if objective.overrides(Objective.device_extras) \
@@ -413,17 +446,18 @@ class LockstepTrainer:
         rows = {grp: list(v) for grp, v in run.flat.items()}
         loss_of = run.loss.tolist()
         for i, r in enumerate(reqs):
-            updates = {grp: rows[grp][i] for grp in groups}
+            updates = {grp: rows[grp][i] for grp in r.groups}
             local = rows[LOCAL][i].copy() if use_adapter else r.local
             extras = self._device_extras(report, r, sources[i], updates, local) \
                 if report is not None else {}
             new_state: dict[str, np.ndarray] = {}
             if finishes:
-                before = {grp: np.array(sources[i][grp], dtype=np.float32) for grp in groups}
+                before = {grp: np.array(sources[i][grp], dtype=np.float32)
+                          for grp in r.groups}
                 new_state, sent = objective.device_finish(DeviceFinish(
-                    r.device, rnd, tuple(groups), before, updates, r.state or {},
+                    r.device, rnd, r.groups, before, updates, r.state or {},
                     dict(self.bcast_extras), int(steps[i]), self.base.training.lr,
-                    {grp: v[i] for grp, v in mean_grads.items()} if mean_grads else {},
+                    {grp: mean_grads[grp][i] for grp in r.groups} if mean_grads else {},
                     self.upload))
                 extras = {**extras, **sent}
             out[r.device] = DeviceOutcome(updates, local, loss_of[i], extras, new_state)

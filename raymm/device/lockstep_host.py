@@ -119,7 +119,10 @@ class LockstepHost(DeviceHost):
             devs = run.devices()
             loss[np.searchsorted(mine, devs)] = run.loss
             for g in run.groups:
-                parts.setdefault(g, []).append((devs, run.flat[g]))
+                # in a bucket mixing sensor sets, only the devices that train the group send it
+                sends = np.array([g in r.groups for r in run.reqs])
+                parts.setdefault(g, []).append((devs, run.flat[g]) if sends.all()
+                                               else (devs[sends], run.flat[g][sends]))
         updates, positions = {}, {}
         for g, got in parts.items():
             devs = np.concatenate([d for d, _ in got])

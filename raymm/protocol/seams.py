@@ -357,6 +357,13 @@ class Objective(Policy, ABC):
     split_adapter: bool = False
     #: fill `DeviceFinish.grad_mean` (the mean minibatch gradient per trained group)
     needs_grad_mean: bool = False
+    #: with `vectorisable`: devices of different sensor sets may share one lock-step program.
+    #: The loss then learns which sensors a device holds from `inp.present` alone (`inp.held`
+    #: and `inp.groups` are the bucket's union), and a parameter a device does not train may
+    #: be among `inp.trainable` at its received value: the loss and its gradient with respect
+    #: to the device's own parameters must not change for that (a proximal term's
+    #: (θ - θ_received)² is zero there), and its gradient with respect to it is dropped
+    mixes_sensor_sets: bool = False
 
     @abstractmethod
     def loss(self, inp: LossInputs) -> Tensor:

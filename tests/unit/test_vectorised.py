@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from policies.objective.ce import CEParams, CrossEntropy
 from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.device.local_update import FunctionalOptimizer, OptimizerState
@@ -49,8 +50,11 @@ def _out_dir(tmp_path, monkeypatch):
     # devices of a bucket with 3-6 steps per epoch: those set aside rejoin in epoch 2
     {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
     {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7},
+    # under Adam those set aside rejoin having skipped steps: their own bias correction
+    {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7,
+     "training.local_epochs": 2},
 ], ids=["ce", "fedprox-momentum", "adam-2-epochs", "held-batch7", "momentum-2-epochs-batch7",
-        "adam-batch7"])
+        "adam-batch7", "adam-2-epochs-batch7"])
 def test_vectorised_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "training.vectorise": False})
     vec, vec_rows = _params({**extra, "training.vectorise": True})
@@ -66,7 +70,9 @@ def test_vectorised_matches_sequential(extra):
     {},
     {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
     {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7},
-], ids=["ce", "momentum-2-epochs-batch7", "adam-batch7"])
+    {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7,
+     "training.local_epochs": 2},
+], ids=["ce", "momentum-2-epochs-batch7", "adam-batch7", "adam-2-epochs-batch7"])
 def test_packing_and_chunking_do_not_change_vectorised_results(extra):
     """Chunks of one device train each device alone; a device's numbers must not depend on
     the devices (with other step counts, set aside and rejoining) it shares a program with."""
@@ -79,24 +85,63 @@ def test_packing_and_chunking_do_not_change_vectorised_results(extra):
             assert np.array_equal(got[g], ref[g]), (per, chunk, g)
 
 
-def test_every_selected_device_is_trained_in_lock_step():
-    seq, vec, plan, bcast = host_round({})
+class _PerSensorSet(CrossEntropy):
+    """Cross-entropy without `mixes_sensor_sets`: one program per sensor set."""
+
+    mixes_sensor_sets = False
+
+
+@pytest.mark.parametrize("training", [{}, {"optimizer": "adam", "lr": 0.01, "batch_size": 5,
+                                            "local_epochs": 2, "upload": "held"}],
+                         ids=["sgd", "adam-2-epochs-held"])
+@pytest.mark.parametrize("mixes", [True, False], ids=["mixed", "per-sensor-set"])
+def test_every_selected_device_is_trained_in_lock_step(training, mixes):
+    """Whatever its steps per epoch, each device trains in exactly one program: one for the
+    whole host when the objective mixes sensor sets (devices without a sensor's group then
+    keep it as received), else one per tier."""
+    objective = None if mixes else _PerSensorSet(CEParams())
+    seq, vec, plan, bcast = host_round(training, objective=objective)
     assert isinstance(vec, LockstepHost) and vec.vec is not None
+    assert vec.spec.objective.mixes_sensor_sets is mixes
     calls = []
     original = vec.vec._train_chunk
     vec.vec._train_chunk = lambda reqs, *a: calls.append([r.device for r in reqs]) or \
         original(reqs, *a)
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     assert sorted(d for c in calls for d in c) == plan.selected.tolist()
-    # one bucket per tier, each device in exactly one, whatever its steps per epoch
     tier = {d: vec.pop.sensor_mask[d].tobytes() for d in plan.selected.tolist()}
-    assert len(calls) == len(set(tier.values())) == 3
-    assert all(len({tier[d] for d in c}) == 1 for c in calls)
+    assert len(set(tier.values())) == 3
+    if mixes:
+        assert len(calls) == 1
+    else:
+        assert len(calls) == 3 and all(len({tier[d] for d in c}) == 1 for c in calls)
     assert a.device_ids.tolist() == b.device_ids.tolist() == plan.selected.tolist()
+    assert a.updates.keys() == b.updates.keys()
     for g in a.updates:
         np.testing.assert_allclose(b.updates[g], a.updates[g], atol=TOL)
         assert np.array_equal(a.senders[g], b.senders[g])
     np.testing.assert_allclose(b.loss, a.loss, atol=TOL)
+
+
+def test_a_group_a_device_does_not_train_stays_as_received_in_a_mixed_program():
+    """Pod-wise upload in one program for every sensor set: a device's encoder of a sensor it
+    lacks gets gradients through its zero input, which are dropped; Adam then leaves it
+    exactly as broadcast, and the device does not send it."""
+    _, vec, plan, bcast = host_round({"optimizer": "adam", "lr": 0.01, "local_epochs": 2,
+                                      "upload": "held"})
+    runs = vec.vec.run([vec._request(d, vec.groups_of(vec.pop.sensor_mask[d], plan))
+                        for d in plan.selected.tolist()], plan.round, bcast)
+    assert len(runs) == 1
+    run_ = runs[0]
+    lacking = 0
+    for i, r in enumerate(run_.reqs):
+        for g in run_.groups:
+            if g not in r.groups:
+                lacking += 1
+                assert np.array_equal(run_.flat[g][i], bcast.params[g]), (r.device, g)
+            else:
+                assert not np.array_equal(run_.flat[g][i], bcast.params[g]), (r.device, g)
+    assert lacking >= 3
 
 
 def _same_result(a, b):
@@ -244,6 +289,24 @@ def test_functional_optimizer_is_torch_optim(opt):
         params, state = f.step(params, {"w": 3 * params["w"] ** 2}, state)
     for i in range(3):
         torch.testing.assert_close(params["w"][i], ref.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_adam_with_per_device_step_counts_is_each_devices_own_adam():
+    """Stacked devices that took different numbers of steps (set aside, rejoined): each
+    device's Adam step is, bit for bit, the step it would take alone with its own count."""
+    from raymm.config.schema import TrainingSpec
+
+    f = FunctionalOptimizer(TrainingSpec(optimizer="adam", lr=0.003))
+    gen = torch.Generator().manual_seed(0)
+    p, g = torch.randn(3, 4, 5, generator=gen), torch.randn(3, 4, 5, generator=gen)
+    m, v = torch.randn(3, 4, 5, generator=gen), torch.rand(3, 4, 5, generator=gen)
+    counts = (2, 7, 40)
+    got, state = f.step({"w": p}, {"w": g}, OptimizerState({"w": counts}, {"w": m}, {"w": v}))
+    assert state.steps["w"] == (3, 8, 41)
+    for i, c in enumerate(counts):
+        alone, _ = f.step({"w": p[i]}, {"w": g[i]},
+                          OptimizerState({"w": c}, {"w": m[i]}, {"w": v[i]}))
+        assert torch.equal(got["w"][i], alone["w"]), i
 
 
 class _HeadUnused(Objective):
