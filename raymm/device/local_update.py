@@ -300,7 +300,7 @@ class LocalUpdate:
         """One minibatch: (new parameters, new optimizer state, loss, gradients -- none unless
         `keep_grads`, whose memory the step may then reuse); nothing given is changed."""
         loss, grads = grads_of(params, batch)
-        params, state = self.optimizer.step(in_layout_of(params, grads), grads, state,
+        params, state = self.optimizer.step(params, grads, state,
                                             spend=not keep_grads)
         return params, state, loss, grads if keep_grads else {}
 
@@ -345,35 +345,6 @@ def _spare(grads: Grads, params: Params) -> set[str]:
             and owners[g.untyped_storage().data_ptr()] == 1}
 
 
-def in_layout_of(params: Params, grads: Grads) -> Params:
-    """`params` with each tensor laid out in memory as its gradient is (same values, copied
-    only where the layouts differ). Under vmap a linear layer's weight gradient comes out
-    transposed per device ([G, out, in] with strides (out*in, 1, out)); adding it to a
-    row-major weight takes torch's slow strided loop (several times slower), and
-    the next forward then multiplies by a transposed view, also a slower kernel. Laid out like
-    the gradient, every later step, its optimizer state included, stays in one layout.
-    Elementwise arithmetic does not depend on layout: the numbers are the same."""
-    out = None
-    for name, g in grads.items():
-        p = params[name]
-        if g is not None and not _same_order(p, g):
-            if out is None:
-                out = dict(params)
-            out[name] = torch.empty_like(g).copy_(p)
-    return params if out is None else out
-
-
-def _same_order(p: Tensor, g: Tensor) -> bool:
-    """Whether `p`'s stored dimensions lie in memory in the order `g`'s do. A dimension `p`
-    only broadcasts (stride 0: the same values for every device) is not stored: an expanded
-    starting value laid out like the gradient adds to it at full speed without a copy."""
-    ps, gs = p.stride(), g.stride()
-    if ps == gs:  # always so on the sequential path: no sorting per step there
-        return True
-    dims = [d for d in range(p.dim()) if ps[d] != 0 and p.shape[d] > 1]
-    return _order(ps, dims) == _order(gs, dims)
-
-
 def _order(strides: tuple[int, ...], dims: list[int]) -> list[int]:
     """`dims` from outermost to innermost in memory."""
     return sorted(dims, key=lambda d: (-strides[d], d))
@@ -382,15 +353,6 @@ def _order(strides: tuple[int, ...], dims: list[int]) -> list[int]:
 def memory_order(t: Tensor) -> tuple[int, ...]:
     """`t`'s dimensions from outermost to innermost in memory (by stride)."""
     return tuple(_order(t.stride(), list(range(t.dim()))))
-
-
-def laid_out(t: Tensor, order: tuple[int, ...]) -> Tensor:
-    """`t`'s values in a new tensor whose dimensions lie in memory in `order` (outermost
-    first); `t` itself when it already does."""
-    if t.permute(order).is_contiguous():
-        return t
-    inverse = sorted(range(len(order)), key=lambda d: order[d])
-    return t.permute(order).contiguous().permute(inverse)
 
 
 class _SetAside:

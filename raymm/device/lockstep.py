@@ -69,7 +69,7 @@ import torch
 from torch import Tensor
 
 from raymm import seeding
-from raymm.device.local_update import Batch, LocalUpdate, Params, laid_out, memory_order
+from raymm.device.local_update import Batch, LocalUpdate, Params
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.messages import Broadcast
@@ -139,9 +139,6 @@ class LockstepTrainer:
         #: devices train (and hand out) their own adapter, the `local` group
         self.use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         self.fallback: dict[str, np.ndarray] = {}
-        #: per trained parameter, the memory order of its stacked values after the last
-        #: lock-step run: the next run lays its starting values out so from the first step
-        self.orders: dict[str, tuple[int, ...]] = {}
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
@@ -255,7 +252,6 @@ class LockstepTrainer:
         done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                  local_t, keeps),
                           grad_sum=self.objective.needs_grad_mean)
-        self.orders.update({n: memory_order(p) for n, p in done.params.items()})
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
@@ -297,14 +293,10 @@ class LockstepTrainer:
             else:
                 p = v[slot.start:slot.stop].reshape(tuple(slot.shape))
             if n in wanted:
-                # in the memory layout its gradient took last round (`in_layout_of`)
-                order = self.orders.get(n)
-                if per:
-                    train[n] = p if order is None else laid_out(p, order)
-                else:
-                    if order is not None:
-                        p = laid_out(p, tuple(d - 1 for d in order if d))
-                    train[n] = p.unsqueeze(0).expand((g,) + tuple(p.shape))
+                # row-major whatever layout its gradient takes: the layout of an operand picks
+                # the BLAS kernel, and the gradient's layout depends on the chunk size, so a
+                # parameter following it would give a device other bits in another chunk
+                train[n] = p if per else p.unsqueeze(0).expand((g,) + tuple(p.shape))
             elif per:
                 frozen[n] = p
             else:

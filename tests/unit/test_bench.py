@@ -13,7 +13,7 @@ from raymm.app import bench
 from raymm.app.build import build_world, load_scenario
 from raymm.models.build import build_model
 
-from needs import needs_batch_invariant_matmul
+from needs import needs_intel_digest
 
 
 def test_bench_dataset_and_model_are_the_workloads():
@@ -78,7 +78,7 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
     assert "bare_loop" in capsys.readouterr().out
 
 
-@needs_batch_invariant_matmul  # the digest is from such a machine
+@needs_intel_digest
 def test_the_bare_loop_is_the_workload_to_the_bit(capsys):
     """docs/workload.md fixes every draw and every summation order, so the final weights are a
     known value. The digest was printed by an independent implementation of the same spec for
