@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from raymm.app.build import build_world, load_scenario, make_executor, with_executor
+from raymm.app.build import (
+    build_world,
+    load_scenario,
+    make_executor,
+    training_path_notice,
+    with_executor,
+)
 from raymm.app.plugins import check_recorded
 from raymm.app.plugins import load as load_plugins
 from raymm.app.plugins import record as record_plugins
@@ -107,6 +113,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
         # Ray and its actors start first: their process start and imports overlap the data
         ex.prestart(sc)
         world = build_world(sc)      # data errors surface here, before anything is written
+        training_path_notice(sc, world)
         ex.start(world)
         if ckpt is None:
             writer = _new_run(sc, world, out, run_dir)

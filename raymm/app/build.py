@@ -7,6 +7,7 @@ it is one of the few places in `raymm` allowed to import `policies` and `actors`
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from raymm.app.validate import check_scenario
 from raymm.config.schema import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.device.host import HostSpec
+from raymm.device.lockstep import why_not_vectorised
 from raymm.errors import ScenarioError
+from raymm.models.build import build_model
 from raymm.models.size import model_problem
 from raymm.population.devices import build_population
 from raymm.population.faults import fault_seed
@@ -86,6 +89,24 @@ def build_world(sc: Scenario) -> World:
                          and sc.clock.mode == "rounds",
                          device=sc.execution.device, privacy=sc.privacy)
     return World(sc, dataset, population, pol, host_spec)
+
+
+def training_path_notice(sc: Scenario, world: World) -> str | None:
+    """With `training.vectorise` on (the default) but lock-step training not possible for this
+    scenario's objective or model: say once, on stderr, that devices train sequentially and
+    why (each host would otherwise say it in its own log). Returns the notice."""
+    if not sc.training.vectorise:
+        return None
+    objective = world.host_spec.objective
+    # raymm's own network has no buffers; a plugin's model is built once to look
+    model = build_model(world.dataset, sc.model, sc.seed) if sc.model.factory != "multimodal" \
+        and why_not_vectorised(objective) is None else None
+    reason = why_not_vectorised(objective, model)
+    if reason is None:
+        return None
+    notice = f"raymm: notice: devices train sequentially (not in lock-step): {reason}"
+    print(notice, file=sys.stderr, flush=True)
+    return notice
 
 
 def build_policies(sc: Scenario, sensors: tuple[str, ...]) -> tuple[Policies, Objective]:

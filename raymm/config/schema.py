@@ -241,9 +241,11 @@ class TrainingSpec(Strict):
     #: torch intra-op threads per training process; with one thread a CPU run gives the same
     #: numbers on every executor and packing (README: "Same seed, same numbers").
     threads: int = Field(default=1, ge=1)
-    #: train a host's selected devices in lock-step with torch.func (raymm.device.lockstep) instead
-    #: of one after another; falls back to sequential (logged) for objectives that do not opt in
-    vectorise: bool = False
+    #: train a host's selected devices in lock-step with torch.func (raymm.device.lockstep), the
+    #: fast path; false trains them one after another (the reference path: the same numbers to
+    #: float32 rounding). Where lock-step does not apply (an objective that does not opt in, a
+    #: model with buffers) the run says so once and trains sequentially
+    vectorise: bool = True
     #: at most this many devices per lock-step program (bounds memory; results do not depend
     #: on it)
     vectorise_chunk: int = Field(default=1024, ge=1)

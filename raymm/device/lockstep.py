@@ -207,7 +207,7 @@ class LockstepTrainer:
         local_t = self._device_tensors(reqs)
         helds = np.stack([r.held for r in reqs])               # [G, M]
         per_held = [tuple(m for m, h in zip(self.sensors, held) if h) for held in helds]
-        held_names = tuple(m for m, h in zip(self.sensors, helds.any(0)) if h)
+        held_names = tuple(m for j, m in enumerate(self.sensors) if helds[:, j].any())
         held_t = torch.from_numpy(helds.astype(np.float32)).to(base.device)
         keeps = self._keeps(reqs, names)
         devices = np.array([r.device for r in reqs], np.int64)

@@ -40,7 +40,8 @@ class LockstepHost(DeviceHost):
         #: sequentially, for `reason`)
         self.vec: LockstepTrainer | None = None
         if self.reason is not None:
-            log.warning("training sequentially: %s", self.reason)
+            # the driver says it once for the run (`raymm.app.build.training_path_notice`)
+            log.info("training sequentially: %s", self.reason)
             return
         self.vec = LockstepTrainer(self.trainer, spec.training.vectorise_chunk)
 

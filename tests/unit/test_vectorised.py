@@ -212,7 +212,7 @@ class _Branchy(_NotOptedIn):
 
 def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
     assert "vectorisable" in why_not_vectorised(_NotOptedIn())
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.INFO, logger="raymm.device.lockstep"):
         seq, vec, plan, bcast = host_round({}, objective=_NotOptedIn())
     assert vec.vec is None and "does not declare" in caplog.text
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
@@ -367,3 +367,17 @@ def test_steps_and_mean_gradients_are_each_devices_own():
     for k in grads:
         np.testing.assert_allclose(b.extras[k], a.extras[k], atol=TOL, err_msg=k)
     np.testing.assert_allclose(b.loss, a.loss, atol=TOL)
+
+
+def test_lock_step_is_the_default_and_a_run_that_cannot_use_it_says_why_once(capsys):
+    """`training.vectorise` defaults to lock-step; a scenario whose objective does not opt in
+    trains sequentially, and the run says so once on stderr, naming the reason."""
+    from raymm.config.schema import TrainingSpec
+
+    assert TrainingSpec().vectorise is True
+    run(load_scenario(tiny_scenario(rounds=1)), out=None)
+    assert "notice" not in capsys.readouterr().err
+    run(load_scenario(tiny_scenario(rounds=1, method="fedproto")), out=None)
+    err = capsys.readouterr().err
+    assert err.count("raymm: notice: devices train sequentially") == 1
+    assert "does not declare `vectorisable = True`" in err
