@@ -27,6 +27,8 @@ import numpy as np
 
 BENCH = "scenarios/bench/standard.yaml"
 LOCKSTEP = ["training.vectorise=true", "rounds=3"]
+SEQUENTIAL = "training.vectorise=false"
+SHORT = ["rounds=4", "eval.every=2"]
 
 #: name -> (scenario, overrides, needs real data)
 RUNS: dict[str, tuple[str, list[str], bool]] = {
@@ -42,14 +44,22 @@ RUNS: dict[str, tuple[str, list[str], bool]] = {
                    False),
     "stress_10k_tide": ("scenarios/stress/devices_10k_tide.yaml",
                         ["rounds=4", "execution.executor=serial"], False),
+    # the sequential path (pinned: lock-step is the default since issue 34)
     "tide_har_serial": ("scenarios/tide_har.yaml",
-                        ["rounds=4", "eval.every=2", "execution.executor=serial"], True),
+                        [*SHORT, "execution.executor=serial", SEQUENTIAL], True),
     "tide_har_ray": ("scenarios/tide_har.yaml",
-                     ["rounds=4", "eval.every=2", "execution.executor=ray"], True),
+                     [*SHORT, "execution.executor=ray", SEQUENTIAL], True),
     "fedmchain_serial": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
-                         ["rounds=4", "eval.every=2", "execution.executor=serial"], True),
+                         [*SHORT, "execution.executor=serial", SEQUENTIAL], True),
     "fedmchain_ray": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
-                      ["rounds=4", "eval.every=2", "execution.executor=ray"], True),
+                      [*SHORT, "execution.executor=ray", SEQUENTIAL], True),
+    # the same on the default, lock-step path
+    "tide_har_lockstep_serial": ("scenarios/tide_har.yaml",
+                                 [*SHORT, "execution.executor=serial"], True),
+    "tide_har_lockstep_ray": ("scenarios/tide_har.yaml",
+                              [*SHORT, "execution.executor=ray"], True),
+    "fedmchain_lockstep_serial": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
+                                  [*SHORT, "execution.executor=serial"], True),
 }
 
 
