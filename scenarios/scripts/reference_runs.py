@@ -53,13 +53,13 @@ RUNS: dict[str, tuple[str, list[str], bool]] = {
                          [*SHORT, "execution.executor=serial", SEQUENTIAL], True),
     "fedmchain_ray": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
                       [*SHORT, "execution.executor=ray", SEQUENTIAL], True),
-    # the same on the default, lock-step path
+    # the same on the lock-step path (the default where a scenario does not pin it)
     "tide_har_lockstep_serial": ("scenarios/tide_har.yaml",
-                                 [*SHORT, "execution.executor=serial"], True),
+                                 [*SHORT, "execution.executor=serial", LOCKSTEP[0]], True),
     "tide_har_lockstep_ray": ("scenarios/tide_har.yaml",
-                              [*SHORT, "execution.executor=ray"], True),
+                              [*SHORT, "execution.executor=ray", LOCKSTEP[0]], True),
     "fedmchain_lockstep_serial": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
-                                  [*SHORT, "execution.executor=serial"], True),
+                                  [*SHORT, "execution.executor=serial", LOCKSTEP[0]], True),
 }
 
 
