@@ -10,11 +10,20 @@ update is part of the lock-step programs, which are part of the host's training)
 not add up; what the host's training leaves of a round is the server's and the engine's. On Ray
 the host phases run in the DeviceActors, each on its share of the selected devices, and Ray's
 hops come on top (docs/cluster.md measures them).
+
+`--kernels` also times torch's kernels inside the steady rounds, by kind (the encoders'
+convolutions forward and backward, matrix products, everything else), with their call counts;
+watching every call costs a few microseconds each, so the round is slower while it runs and the
+kernel seconds are what to read. `--ablate KEY=VALUE` (repeatable) runs the scenario once more
+per override and prints the steady round's change: switching one loss term or part off at a
+time (`objective.lambda_cs=0`, `model.adapter=false` ...) says what it costs, forward and
+backward together.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -72,9 +81,47 @@ class PhaseTimer:
         self.seconds = dict.fromkeys(self.seconds, 0.0)
 
 
-def profile(scenario: Path, overrides: list[str], out: Path
+#: kernel kinds `--kernels` reports, by the aten operations they hold
+KERNELS = {
+    "convolution forward": ("convolution",),
+    "convolution backward": ("convolution_backward",),
+    "matrix products (mm, bmm, addmm, ...)": ("mm", "bmm", "addmm", "baddbmm", "addbmm"),
+}
+
+
+class KernelTimer:
+    """Seconds and calls of torch's kernels by kind (`KERNELS`, the rest as "other"), counted
+    only while `on`. A dispatch mode: it sees the kernels vmap and autograd run, not the
+    Python-level calls."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        kind_of = {op: kind for kind, ops in KERNELS.items() for op in ops}
+        self.seconds = dict.fromkeys([*KERNELS, "other"], 0.0)
+        self.calls = dict.fromkeys(self.seconds, 0)
+        self.on = False
+        timer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+                if not timer.on:
+                    return func(*args, **(kwargs or {}))
+                kind = kind_of.get(func._schema.name.partition("::")[2], "other")
+                start = time.perf_counter()
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    timer.seconds[kind] += time.perf_counter() - start
+                    timer.calls[kind] += 1
+
+        self.mode = Mode()
+
+
+def profile(scenario: Path, overrides: list[str], out: Path, kernels: KernelTimer | None = None
             ) -> tuple[list[float], dict[str, float]]:
-    """(wall seconds of every round, seconds per phase summed over rounds 3..R)."""
+    """(wall seconds of every round, seconds per phase summed over rounds 3..R); `kernels`
+    counts the kernels of rounds 3..R."""
     from raymm.app.api import run
 
     walls: list[float] = []
@@ -83,10 +130,27 @@ def profile(scenario: Path, overrides: list[str], out: Path
             walls.append(row["wall_seconds"])
             if row["round"] == 2:
                 timer.reset()
+                if kernels is not None:
+                    kernels.on = True
 
-        run(scenario, [*overrides, "eval.every=1000000"], out=out, executor="serial",
-            on_round=on_round)
+        watch = kernels.mode if kernels is not None else contextlib.nullcontext()
+        with watch:
+            run(scenario, [*overrides, "eval.every=1000000"], out=out, executor="serial",
+                on_round=on_round)
     return walls, timer.seconds
+
+
+def kernel_report(kernels: KernelTimer, steady_rounds: int) -> str:
+    lines = ["kernels per steady round (ms, calls):"]
+    for kind, s in kernels.seconds.items():
+        calls = kernels.calls[kind] / steady_rounds
+        lines.append(f"  {kind:40s} {1e3 * s / steady_rounds:8.2f} {calls:8.0f}")
+    return "\n".join(lines)
+
+
+def steady_ms(walls: list[float]) -> float:
+    """Median wall milliseconds of rounds 3..R."""
+    return 1e3 * statistics.median(walls[2:])
 
 
 def report(walls: list[float], seconds: dict[str, float]) -> str:
@@ -104,11 +168,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="scenario override, as for `raymm run`")
     p.add_argument("--out", type=Path, default=Path("runs/phases"))
+    p.add_argument("--kernels", action="store_true",
+                   help="also time torch's kernels by kind (slows the round down)")
+    p.add_argument("--ablate", action="append", default=[], metavar="KEY=VALUE",
+                   help="run once more with this override and print the change (repeatable)")
     args = p.parse_args(argv)
     if args.rounds < 3:
         p.error("--rounds: at least 3 (rounds 1 and 2 are not steady)")
-    walls, seconds = profile(args.scenario, [*args.set, f"rounds={args.rounds}"], args.out)
+    base = [*args.set, f"rounds={args.rounds}"]
+    walls, seconds = profile(args.scenario, base, args.out)
     print(report(walls, seconds))
+    if args.kernels:
+        kernels = KernelTimer()
+        k_walls, _ = profile(args.scenario, base, args.out, kernels)
+        print(f"(with the kernels watched: steady round {steady_ms(k_walls):.2f} ms)")
+        print(kernel_report(kernels, len(k_walls) - 2))
+    if args.ablate:
+        ref = steady_ms(walls)
+        print(f"ablations (steady round, median; the scenario as given: {ref:.2f} ms):")
+        for change in args.ablate:
+            a_walls, _ = profile(args.scenario, [*base, change], args.out)
+            ms = steady_ms(a_walls)
+            print(f"  {change:40s} {ms:8.2f} ms  ({ms - ref:+.2f})")
     return 0
 
 

@@ -41,3 +41,28 @@ def test_too_few_rounds_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         script().main(["scenarios/quickstart.yaml", "--rounds", "2"])
     assert exc.value.code == 2 and "at least 3" in capsys.readouterr().err
+
+
+def test_kernels_are_counted_by_kind_only_in_the_steady_rounds(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    s = script()
+    kernels = s.KernelTimer()
+    walls, _ = s.profile(path, ["rounds=4"], tmp_path / "out", kernels)
+    assert len(walls) == 4
+    # the tiny model is linear layers only: matrix products and other kernels, no convolutions
+    assert kernels.calls["matrix products (mm, bmm, addmm, ...)"] > 0
+    assert kernels.calls["other"] > kernels.calls["matrix products (mm, bmm, addmm, ...)"]
+    assert kernels.calls["convolution forward"] == kernels.calls["convolution backward"] == 0
+    assert 0 < sum(kernels.seconds.values()) < sum(walls[2:])
+    text = s.kernel_report(kernels, 2)
+    assert "convolution backward" in text and "other" in text
+
+
+def test_ablations_report_each_change(tmp_path, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario()))
+    assert script().main([str(path), "--rounds", "3", "--out", str(tmp_path / "o"),
+                          "--ablate", "training.local_epochs=2"]) == 0
+    out = capsys.readouterr().out
+    assert "ablations" in out and "training.local_epochs=2" in out
