@@ -381,3 +381,20 @@ def test_lock_step_is_the_default_and_a_run_that_cannot_use_it_says_why_once(cap
     err = capsys.readouterr().err
     assert err.count("raymm: notice: devices train sequentially") == 1
     assert "does not declare `vectorisable = True`" in err
+
+
+def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
+    """Under vmap a convolution with per-device weights is one grouped convolution; oneDNN
+    picks its algorithm by the total channel count, so on a CPU a device's bits depended on how
+    many devices shared its program (1-2 against 3 or more with 3 channels per device).
+    Lock-step programs convolve without oneDNN: one host, hosts of 1 and of 5 devices give the
+    same bits (`raymm.device.lockstep.per_device_convolutions`)."""
+    sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+               "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
+    base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
+            "rounds": 2, "training.vectorise": True}
+    ref, _ = _params(base)
+    for per in (1, 5):
+        got, _ = _params({**base, "execution.devices_per_actor": per})
+        for g in ref:
+            assert np.array_equal(got[g], ref[g]), (per, g)
