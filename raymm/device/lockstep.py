@@ -59,7 +59,6 @@ failure).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ from torch import Tensor
 
 from raymm import seeding
 from raymm.device.local_update import Batch, LocalUpdate, Params
+from raymm.device.lockstep_conv import blocked_convolutions
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.messages import Broadcast
@@ -250,7 +250,7 @@ class LockstepTrainer:
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
-        with per_device_convolutions(base.device):
+        with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                      local_t, keeps),
                               grad_sum=self.objective.needs_grad_mean)
@@ -484,26 +484,6 @@ class LockstepTrainer:
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
                            self.use_adapter))
-
-
-@contextlib.contextmanager
-def per_device_convolutions(device: torch.device) -> Iterator[None]:
-    """On a CPU, convolutions without oneDNN (mkldnn) while a lock-step program runs. Under
-    vmap a convolution with per-device weights is one grouped convolution with a group per
-    device, and oneDNN picks its algorithm by the total channel count: measured, a device's
-    output and weight gradient take other last bits with 1 or 2 devices in the program than
-    with 3 or more (3 input channels per device), so its numbers would depend on the devices
-    sharing its program. PyTorch's own grouped convolution computes each group on its own,
-    the same whatever the number of groups (slower: about 1.2x on TIDE's HAR encoders)."""
-    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        yield
-        return
-    was = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    try:
-        yield
-    finally:
-        torch._C._set_mkldnn_enabled(was)
 
 
 def _padded(drawn: list[Tensor], width: int) -> Tensor:

@@ -53,8 +53,15 @@ def _out_dir(tmp_path, monkeypatch):
     # under Adam those set aside rejoin having skipped steps: their own bias correction
     {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7,
      "training.local_epochs": 2},
+    # convolutional encoders: the lock-step path convolves in blocks of devices
+    {"dataset.sensors": {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+                         "b": {"dim": 2, "length": 32, "informativeness": 0.5}},
+     "model.encoder": "cnn1d", "training.optimizer": "adam", "training.lr": 0.01},
+    {"dataset.sensors": {"a": {"dim": 8, "length": 12, "informativeness": 1.0},
+                         "b": {"dim": 6, "length": 12, "informativeness": 0.5}},
+     "model.encoder": "cnn2d"},
 ], ids=["ce", "fedprox-momentum", "adam-2-epochs", "held-batch7", "momentum-2-epochs-batch7",
-        "adam-batch7", "adam-2-epochs-batch7"])
+        "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
 def test_vectorised_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "training.vectorise": False})
     vec, vec_rows = _params({**extra, "training.vectorise": True})
@@ -385,10 +392,10 @@ def test_lock_step_is_the_default_and_a_run_that_cannot_use_it_says_why_once(cap
 
 def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
     """Under vmap a convolution with per-device weights is one grouped convolution; oneDNN
-    picks its algorithm by the total channel count, so on a CPU a device's bits depended on how
-    many devices shared its program (1-2 against 3 or more with 3 channels per device).
-    Lock-step programs convolve without oneDNN: one host, hosts of 1 and of 5 devices give the
-    same bits (`raymm.device.lockstep.per_device_convolutions`)."""
+    picks its algorithm by the group and channel counts, so on a CPU a device's bits depended
+    on how many devices shared its program (1-2 against 3 or more with 3 channels per device).
+    Lock-step programs convolve in blocks of a fixed number of devices
+    (`raymm.device.lockstep_conv`): one host, hosts of 1 and of 5 devices give the same bits."""
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
     base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,

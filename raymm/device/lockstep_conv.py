@@ -1,0 +1,122 @@
+"""Convolutions of a lock-step program whose result does not depend on the program's size.
+
+Under `vmap` a convolution whose weights are stacked per device becomes one grouped
+convolution with a group per device, and oneDNN picks its algorithm by the group count and
+the total channel count: measured on a CPU, a device's output and gradients take other last
+bits with 1 or 2 devices in a program than with 3 or more (3 input channels per device), with
+1 to 4 than with 8 (1 channel), and with 1 against more for any channel count. A device's
+numbers would then depend on how many devices share its program, hence on the packing.
+PyTorch's own grouped convolution (oneDNN off) keeps them apart but made a TIDE round on HAR
+twice as slow, and one oneDNN call per device half as slow again.
+
+Here, while a program runs (`blocked_convolutions`), `F.conv1d`/`F.conv2d` on per-device
+weights go through `raymm::device_conv`, whose vmap rule makes every call hold at least 2
+groups and 8 input channels in all (`MIN_GROUPS`, `MIN_CHANNELS`): a program of fewer devices is
+padded with zero devices. Past those, oneDNN computes every group alike whatever the group
+count and the group's position (measured for 1 to 129 input channels and 8 to 32 output
+channels per device, 2 to 64 devices: outputs, weight and input gradients the same bits), so a
+device's numbers are those of any other packing.
+`tests/unit/test_vectorised.py` checks packings of 1, 5 and all devices with convolutional
+encoders. A call without per-device tensors (outside vmap) is the plain one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
+#: small-channel path (measured: 1 channel x 4 devices or 3 x 2 differ from 8 or 9 and more)
+MIN_CHANNELS = 8
+#: the fewest groups in a call: one group is an ungrouped convolution, another algorithm
+MIN_GROUPS = 2
+
+_PLAIN: dict[int, Callable[..., Tensor]] = {1: F.conv1d, 2: F.conv2d}
+
+
+@torch.library.custom_op("raymm::device_conv", mutates_args=())
+def device_conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
+                padding: list[int], dilation: list[int], groups: int) -> Tensor:
+    """One device's convolution (1-D or 2-D by the weight's rank); the vmap rule is the point."""
+    return _PLAIN[weight.dim() - 2](x, weight, bias, stride, padding, dilation, groups)
+
+
+@device_conv.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int],
+      dilation: list[int], groups: int) -> Tensor:
+    return _PLAIN[weight.dim() - 2](x, weight, bias, stride, padding, dilation, groups)
+
+
+def _device_axis(t: Tensor | None, dim: int | None, g: int) -> Tensor | None:
+    if t is None:
+        return None
+    return t.movedim(dim, 0) if dim is not None else t.expand(g, *t.shape)
+
+
+def _blocked(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
+             bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int],
+             groups: int) -> tuple[Tensor, int]:
+    """The vmap rule: x [G, B, C, *S], weight [G, O, C/groups, *K] -> [B, G, O, *S'] (device
+    axis 1), as one grouped convolution of at least `MIN_GROUPS` devices and `MIN_CHANNELS`
+    input channels."""
+    g = info.batch_size
+    xs = _device_axis(x, in_dims[0], g)
+    ws = _device_axis(weight, in_dims[1], g)
+    bs = _device_axis(bias, in_dims[2], g)
+    assert xs is not None and ws is not None
+    # zero devices fill the call up to the smallest it may be (padding costs compute: a step
+    # with one device pays for two, or for 8 with one input channel)
+    need = max(MIN_GROUPS, -(-MIN_CHANNELS // xs.shape[2]))
+    if g < need:
+        fill = need - g
+        xs = torch.cat([xs, xs.new_zeros((fill, *xs.shape[1:]))])
+        ws = torch.cat([ws, ws.new_zeros((fill, *ws.shape[1:]))])
+        bs = torch.cat([bs, bs.new_zeros((fill, *bs.shape[1:]))]) if bs is not None else None
+    n, batch, channels, space = xs.shape[0], xs.shape[1], xs.shape[2], xs.shape[3:]
+    out_ch = ws.shape[1]
+    # devices side by side along the channels: [B, n*C, *S]
+    flat_x = xs.movedim(0, 1).reshape(batch, n * channels, *space)
+    flat_w = ws.reshape(n * out_ch, *ws.shape[2:])
+    flat_b = bs.reshape(-1) if bs is not None else None
+    out = _PLAIN[ws.dim() - 3](flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
+    # the device axis stays where the call put it (dim 1): moved to the front, the result would
+    # be strided, and every elementwise kernel after it (activations, their backward) 5x slower
+    return out.reshape(batch, n, out_ch, *out.shape[2:])[:, :g], 1
+
+
+torch.library.register_vmap("raymm::device_conv", _blocked)
+
+
+def _routed(plain: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """`plain` (F.conv1d or F.conv2d), sending calls on per-device tensors through
+    `device_conv`."""
+    def conv(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,
+             padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+        batched = torch._C._functorch.is_batchedtensor
+        if isinstance(padding, str) or not (batched(weight) or batched(input)):
+            return plain(input, weight, bias, stride, padding, dilation, groups)
+        dims = weight.dim() - 2
+        return device_conv(input, weight, bias, _pair(stride, dims), _pair(padding, dims),
+                           _pair(dilation, dims), groups)
+    return conv
+
+
+def _pair(v: Any, dims: int) -> list[int]:
+    return [int(v)] * dims if isinstance(v, int) else [int(e) for e in v]
+
+
+@contextlib.contextmanager
+def blocked_convolutions() -> Iterator[None]:
+    """While a lock-step program runs: `F.conv1d` and `F.conv2d` (what `nn.Conv1d`/`nn.Conv2d`
+    call) on per-device weights are blocked as the module docstring says."""
+    saved = F.conv1d, F.conv2d
+    F.conv1d, F.conv2d = _routed(saved[0]), _routed(saved[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        F.conv1d, F.conv2d = saved  # type: ignore[assignment]
