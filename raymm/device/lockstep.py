@@ -143,11 +143,14 @@ class LockstepTrainer:
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
+        self.active: tuple[str, ...] = ()
 
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
-            upload: bool = True) -> list[ChunkRun]:
+            upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:
         """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
-        left out (the caller trains them sequentially) and the error is logged."""
+        left out (the caller trains them sequentially) and the error is logged. `active`: the
+        round's active groups, what a program that mixes sensor sets trains (see
+        `_train_chunk`)."""
         self.base.start_round(rnd)
         # values for groups a device's start vectors do not name: the round's broadcast, else
         # the module's current ones (as the sequential path leaves them in the module)
@@ -156,6 +159,7 @@ class LockstepTrainer:
         self.received = broadcast.params
         self.bcast_extras = broadcast.extras
         self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
+        self.active = active
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         runs: list[ChunkRun] = []
@@ -196,8 +200,13 @@ class LockstepTrainer:
                      ) -> ChunkRun:
         base, t = self.base, self.base.training
         use_adapter = self.use_adapter
-        # every group any device of the chunk trains (all of them but in a mixed bucket)
+        # every group any device of the chunk trains; in a program that mixes sensor sets, every
+        # group active this round: which parameters are trained (stacked per device) and which
+        # stay shared must not depend on which devices share the program (a shared weight is
+        # another kernel, hence other bits, than a stacked one)
         trained = {g for r in reqs for g in r.groups}
+        if self.objective.mixes_sensor_sets:
+            trained |= set(self.active) - {LOCAL}
         groups = [g for g in self.layout.slots if g in trained]
         names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
         if not names:

@@ -73,7 +73,7 @@ class LockstepHost(DeviceHost):
                 continue
             starts[dev] = (start, state)  # `DeviceHost._train` reuses them
             requests.append(self._request(dev, groups, start, state))
-        runs = vec.run(requests, plan.round, broadcast, plan.upload)
+        runs = vec.run(requests, plan.round, broadcast, plan.upload, plan.active_groups)
         return self._device_by_device(plan, broadcast, requests, runs, starts, vec)
 
     def _request(self, dev: int, groups: list[str], start: dict[str, np.ndarray] | None = None,
@@ -111,7 +111,7 @@ class LockstepHost(DeviceHost):
         or it has no samples), the round goes device by device after all."""
         masks = self.pop.sensor_mask
         requests = [self._request(dev, self.groups_of(masks[dev], plan)) for dev in mine.tolist()]
-        runs = vec.run(requests, plan.round, broadcast)
+        runs = vec.run(requests, plan.round, broadcast, active=plan.active_groups)
         if sum(len(run.reqs) for run in runs) < len(requests):
             return self._device_by_device(plan, broadcast, requests, runs, {}, vec)
         loss = np.empty(mine.shape[0], np.float64)
@@ -122,8 +122,9 @@ class LockstepHost(DeviceHost):
             for g in run.groups:
                 # in a bucket mixing sensor sets, only the devices that train the group send it
                 sends = np.array([g in r.groups for r in run.reqs])
-                parts.setdefault(g, []).append((devs, run.flat[g]) if sends.all()
-                                               else (devs[sends], run.flat[g][sends]))
+                if sends.any():
+                    parts.setdefault(g, []).append((devs, run.flat[g]) if sends.all()
+                                                   else (devs[sends], run.flat[g][sends]))
         updates, positions = {}, {}
         for g, got in parts.items():
             devs = np.concatenate([d for d, _ in got])
