@@ -95,10 +95,11 @@ class LockstepHost(DeviceHost):
         """Whether every selected device just loads the broadcast, trains and uploads what it
         trained, keeping nothing and reporting nothing else: `training.exchange: params`
         without cluster models, no device state, no unimodal report, and an objective without
-        an adapter or per-device hooks after training (`device_extras`, `device_finish`)."""
+        an adapter or per-device hooks after training (`device_extras`, `device_finish`), and no
+        privacy (each device clips and noises its own update in `DeviceHost._train`)."""
         objective = self.spec.objective
         return (self.spec.training.exchange == "params" and broadcast.clusters is None
-                and plan.upload and not plan.report and not self.states
+                and not self.spec.privacy.on and plan.upload and not plan.report and not self.states
                 and self.vec is not None and not self.vec.use_adapter
                 and not objective.overrides(Objective.device_extras)
                 and not objective.overrides(Objective.device_finish))

@@ -151,13 +151,13 @@ def test_batch_norm_resume_is_exact(tmp_path):
     assert np.array_equal(a.to_numpy(), b.to_numpy())
 
 
-def test_lock_step_falls_back_for_batch_norm_with_a_notice(tmp_path, caplog):
-    import logging
-
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
-        fast = run(scenario("test_whole_bn", **{"training.vectorise": True}), out=tmp_path / "v")
-    assert "training sequentially: the model has buffers" in caplog.text
-    slow = run(scenario("test_whole_bn"), out=tmp_path / "s")
+def test_lock_step_falls_back_for_batch_norm_with_a_notice(tmp_path, capsys):
+    fast = run(scenario("test_whole_bn", **{"training.vectorise": True}), out=tmp_path / "v")
+    err = capsys.readouterr().err
+    assert err.count("raymm: notice: devices train sequentially") == 1, err
+    assert "the model has buffers" in err
+    slow = run(scenario("test_whole_bn", **{"training.vectorise": False}), out=tmp_path / "s")
+    assert "notice" not in capsys.readouterr().err
     assert np.array_equal(fast.params["shared"], slow.params["shared"])
 
 
