@@ -43,7 +43,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +51,9 @@ from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
 from raymm.protocol.seams import LossInputs, Objective
+
+if TYPE_CHECKING:
+    from raymm.device.lockstep_encoders import SensorEncoders
 
 Params = dict[str, Tensor]
 #: a parameter's Adam step count: one for every device, or one per device of a stack
@@ -90,13 +93,18 @@ class ModuleCall:
             self.slots[name] = (model.get_submodule(owner), attr)
 
     def __call__(self, params: Mapping[str, Tensor], *args: Any, **kwargs: Any) -> Any:
+        return self.run(params, self.model, *args, **kwargs)
+
+    def run(self, params: Mapping[str, Tensor], fn: Callable[..., Any], *args: Any,
+            **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` (the module or one of its parts) with `params` swapped in."""
         saved = []
         try:
             for name, value in params.items():
                 mod, attr = self.slots[name]
                 saved.append((mod, attr, mod._parameters[attr]))
                 mod._parameters[attr] = value  # type: ignore[assignment]  # a plain tensor
-            return self.model(*args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             for mod, attr, own in reversed(saved):
                 mod._parameters[attr] = own
@@ -245,10 +253,12 @@ class LocalUpdate:
         self.held, self.extras, self.round, self.groups = held, extras, round, groups
 
     def loss(self, train: Params, anchor: Params, fixed: Params, local: Params,
-             batch: Batch) -> Tensor:
+             batch: Batch, embeddings: Params | None = None) -> Tensor:
         """The objective's loss of one minibatch of one device: the module run with `train`
-        (the parameters being trained) and `fixed` (others not left in the module)."""
-        out = self.call({**fixed, **train}, batch.x, batch.present, **self.forward_kw)
+        (the parameters being trained) and `fixed` (others not left in the module);
+        `embeddings`: sensors whose encoder ran already (`SensorEncoders`)."""
+        kw = dict(self.forward_kw, embeddings=embeddings) if embeddings else self.forward_kw
+        out = self.call({**fixed, **train}, batch.x, batch.present, **kw)
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
                                               anchor, self.extras, self.round, local,
                                               self.groups, batch.weight))
@@ -265,16 +275,19 @@ class LocalUpdate:
         return grads
 
     def many_devices(self, anchor: Params, shared: Params, frozen: Params,
-                     local: Params, keeps: Mapping[str, Tensor] | None = None) -> GradFn:
+                     local: Params, keeps: Mapping[str, Tensor] | None = None,
+                     encoders: SensorEncoders | None = None) -> GradFn:
         """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
         `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
         along the device axis; `shared` (untrained, the same for all) is not. `keeps`: per
         parameter that not every device trains, bool [G] (True: the device trains it); the
         others' gradients are zero, so an optimizer without weight decay leaves their values
-        exactly as they were."""
+        exactly as they were. `encoders`: sensors whose encoder only some devices run on their
+        data (the others lack the sensor and do not train it)."""
         keeps = keeps or {}
-        def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch) -> Tensor:
-            return self.loss(train, anc, {**shared, **frz}, loc, batch)
+        def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
+                emb: Params) -> Tensor:
+            return self.loss(train, anc, {**shared, **frz}, loc, batch, emb)
         losses_of = vmap(one)
         stacked = (anchor, frozen, local)
         rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
@@ -285,9 +298,12 @@ class LocalUpdate:
             k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
             if k not in rows:
                 rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
-            loss = losses_of(leaves, *rows[k], batch)
+            emb = encoders.embeddings(leaves, batch.x, k) if encoders else {}
+            loss = losses_of(leaves, *rows[k], batch, emb)
             gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
                                                       allow_unused=True)))
+            if encoders:
+                encoders.zero_grads(gs, leaves)
             for n, keep in keeps.items():
                 g = gs.get(n)
                 if g is not None:

@@ -71,6 +71,7 @@ from torch import Tensor
 from raymm import seeding
 from raymm.device.local_update import Batch, LocalUpdate, Params
 from raymm.device.lockstep_conv import blocked_convolutions
+from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.messages import Broadcast
@@ -259,9 +260,11 @@ class LockstepTrainer:
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+        encoders = SensorEncoders(base.call, self.model, self.sensors, helds, names, keeps,
+                                  base.device) if self.model.takes_embeddings else None
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
-                                                                     local_t, keeps),
+                                                                     local_t, keeps, encoders),
                               grad_sum=self.objective.needs_grad_mean)
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._C import _functorch as _ft
 
 #: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
 #: small-channel path (measured: 1 channel x 4 devices or 3 x 2 differ from 8 or 9 and more)
@@ -61,10 +62,16 @@ def _device_axis(t: Tensor | None, dim: int | None, g: int) -> Tensor | None:
 def _blocked(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
              bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int],
              groups: int) -> tuple[Tensor, int]:
-    """The vmap rule: x [G, B, C, *S], weight [G, O, C/groups, *K] -> [B, G, O, *S'] (device
-    axis 1), as one grouped convolution of at least `MIN_GROUPS` devices and `MIN_CHANNELS`
-    input channels."""
-    g = info.batch_size
+    """The vmap rule (see `_grouped`)."""
+    return _grouped(info.batch_size, in_dims, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: Tensor | None,
+             stride: list[int], padding: list[int], dilation: list[int], groups: int
+             ) -> tuple[Tensor, int]:
+    """g devices' x [G, B, C, *S], weight [G, O, C/groups, *K] (each with its device axis at
+    `in_dims`, None: the same for all) -> [B, G, O, *S'] (device axis 1), as one grouped
+    convolution of at least `MIN_GROUPS` devices and `MIN_CHANNELS` input channels."""
     xs = _device_axis(x, in_dims[0], g)
     ws = _device_axis(weight, in_dims[1], g)
     bs = _device_axis(bias, in_dims[2], g)
@@ -92,6 +99,37 @@ def _blocked(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
 torch.library.register_vmap("raymm::device_conv", _blocked)
 
 
+def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
+            padding: list[int], dilation: list[int], groups: int) -> Tensor | None:
+    """`device_conv` under one plain `vmap` level, without the custom operator's Python
+    layers (a third of a TIDE round's encoder time): the per-device tensors are unwrapped,
+    convolved by `_grouped` -- the very call the vmap rule makes -- and the result wrapped
+    again; autograd records the grouped call as it would inside the rule. None when the
+    tensors are not that simple (another transform, or several vmap levels): the caller then
+    takes `device_conv`."""
+    tensors = (x, weight, bias)
+    levels = {_ft.maybe_get_level(t) for t in tensors if t is not None and _ft.is_batchedtensor(t)}
+    if len(levels) != 1:
+        return None
+    level = levels.pop()
+    phys: list[Tensor | None] = []
+    dims: list[int | None] = []
+    for t in tensors:
+        if t is not None and _ft.is_batchedtensor(t):
+            t, d = _ft._unwrap_batched(t, level)
+        else:
+            d = None
+        if t is not None and _ft.is_functorch_wrapped_tensor(t):
+            return None
+        phys.append(t)
+        dims.append(d)
+    g = next(p.shape[d] for p, d in zip(phys, dims) if d is not None)  # type: ignore[union-attr]
+    px, pw = phys[0], phys[1]
+    assert px is not None and pw is not None
+    out, out_dim = _grouped(g, tuple(dims), px, pw, phys[2], stride, padding, dilation, groups)
+    return _ft._add_batch_dim(out, out_dim, level)
+
+
 def _routed(plain: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """`plain` (F.conv1d or F.conv2d), sending calls on per-device tensors through
     `device_conv`."""
@@ -101,8 +139,9 @@ def _routed(plain: Callable[..., Tensor]) -> Callable[..., Tensor]:
         if isinstance(padding, str) or not (batched(weight) or batched(input)):
             return plain(input, weight, bias, stride, padding, dilation, groups)
         dims = weight.dim() - 2
-        return device_conv(input, weight, bias, _pair(stride, dims), _pair(padding, dims),
-                           _pair(dilation, dims), groups)
+        args = (_pair(stride, dims), _pair(padding, dims), _pair(dilation, dims), groups)
+        out = _direct(input, weight, bias, *args)
+        return out if out is not None else device_conv(input, weight, bias, *args)
     return conv
 
 

@@ -33,7 +33,15 @@ import torch
 from torch import Tensor, nn
 
 from raymm.config.schema import ModelSpec
-from raymm.models.network import LOCAL, SHARED, ModelOutput, MultimodalNet, RaymmNet, sensor_group
+from raymm.models.network import (
+    LOCAL,
+    SHARED,
+    ModelOutput,
+    MultimodalNet,
+    RaymmNet,
+    embed,
+    sensor_group,
+)
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,12 @@ class PartsNet(RaymmNet):
         self.heads = heads if isinstance(heads, nn.ModuleDict) and len(heads) else None
         self.adapter = None
 
+    takes_embeddings = True
+
     def forward(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool = False,
-                split_adapter: bool = False) -> ModelOutput:
-        emb = {m: self.encoders[m](inputs[m]) for m in self.sensors}
+                split_adapter: bool = False, embeddings: Mapping[str, Tensor] | None = None
+                ) -> ModelOutput:
+        emb = embed(self.encoders, self.sensors, inputs, embeddings)
         sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
         fuse = self.fusion
         assert fuse is not None  # an identity when the parts have no fusion layer

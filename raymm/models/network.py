@@ -8,6 +8,7 @@ device-local residual adapter that never leaves a device. Each group is one flat
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,10 @@ class RaymmNet(nn.Module, metaclass=ABCMeta):
     fusion: nn.Module | None
     #: the device-local residual adapter (group `local`), when the model has one
     adapter: nn.Module | None
+    #: `forward` takes `embeddings` (sensor -> [B, E]) computed elsewhere in place of running
+    #: `encoders[m]` (an `nn.ModuleDict` per sensor) on those sensors: lock-step training then
+    #: runs a sensor's encoder only for the devices that hold it (`raymm.device.lockstep_encoders`)
+    takes_embeddings: bool = False
 
     @abstractmethod
     def forward(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool = False,
@@ -63,6 +68,13 @@ class RaymmNet(nn.Module, metaclass=ABCMeta):
         """The travelling group (`sensor:<m>`, `shared`, `local`) of a parameter or buffer."""
 
 
+def embed(encoders: nn.ModuleDict, sensors: tuple[str, ...], inputs: dict[str, Tensor],
+          given: Mapping[str, Tensor] | None) -> dict[str, Tensor]:
+    """Every sensor's embedding: the given one, else its encoder on its input."""
+    given = given or {}
+    return {m: given[m] if m in given else encoders[m](inputs[m]) for m in sensors}
+
+
 class MultimodalNet(RaymmNet):
     """Per-sensor encoders, optional per-sensor heads, and a fusion + task head.
 
@@ -73,6 +85,8 @@ class MultimodalNet(RaymmNet):
     bottleneck is `model.adapter_bottleneck` × fusion_dim: 0.5 by default (what every committed
     TIDE table ran with), TIDE's design asks for at most 0.25 (docs/methods/tide.md).
     """
+
+    takes_embeddings = True
 
     def __init__(self, sensors: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
                  num_classes: int, spec: ModelSpec) -> None:
@@ -107,14 +121,16 @@ class MultimodalNet(RaymmNet):
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
 
     def forward(self, inputs: dict[str, Tensor], present: Tensor,
-                use_adapter: bool = False, split_adapter: bool = False) -> ModelOutput:
+                use_adapter: bool = False, split_adapter: bool = False,
+                embeddings: Mapping[str, Tensor] | None = None) -> ModelOutput:
         """`use_adapter`: the task head sees `z + A(z)` (a device predicting for itself; the
         adapter's gradient then flows through the head and the encoders too). With
         `split_adapter` as well, the task head sees the adapter-free `z` (the path the global
         model is evaluated on) and `personal_logits` = H̄(z̄ + A(z̄)) is added, computed from
         detached values of z and of the head's parameters so that only the adapter learns
-        from it. Without an adapter both flags change nothing."""
-        emb = {m: self.encoders[m](inputs[m]) for m in self.sensors}
+        from it. Without an adapter both flags change nothing. `embeddings`: see
+        `takes_embeddings`."""
+        emb = embed(self.encoders, self.sensors, inputs, embeddings)
         sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
         if self.fusion is None:
             logits = sum(sensor_logits[m] * present[:, j:j + 1]

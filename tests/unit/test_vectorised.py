@@ -20,7 +20,9 @@ from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.device.local_update import FunctionalOptimizer, OptimizerState
 from raymm.device.lockstep import why_not_vectorised
+from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.lockstep_host import LockstepHost
+from raymm.models.network import MultimodalNet
 from raymm.protocol.losses import sample_mean
 from raymm.protocol.messages import ClusterModels
 from raymm.protocol.seams import LossInputs, Objective
@@ -405,3 +407,32 @@ def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
         got, _ = _params({**base, "execution.devices_per_actor": per})
         for g in ref:
             assert np.array_equal(got[g], ref[g]), (per, g)
+
+
+def test_a_sensor_a_device_lacks_runs_its_encoder_on_one_zero_sample(monkeypatch):
+    """In a program that mixes sensor sets, a device that lacks a sensor and does not train its
+    encoder has one embedding of it all round: the devices that hold the sensor run its encoder
+    on their minibatch, the others on a single zero sample (`raymm.device.lockstep_encoders`).
+    The same numbers as every encoder on every device's batch, to float32 rounding, and still
+    the same bits whatever the packing."""
+    sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+               "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
+    base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
+            "rounds": 2, "training.vectorise": True, "training.upload": "held",
+            "training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7}
+    batch_sizes: list[int] = []
+    encode = SensorEncoders._encode
+    monkeypatch.setattr(SensorEncoders, "_encode", lambda self, m, p, x:
+                        batch_sizes.append(int(x.shape[1])) or encode(self, m, p, x))
+    ref, _ = _params(base)
+    assert 1 in batch_sizes and max(batch_sizes) == 7
+    for per in (1, 5):
+        got, _ = _params({**base, "execution.devices_per_actor": per})
+        for g in ref:
+            assert np.array_equal(got[g], ref[g]), (per, g)
+    batch_sizes.clear()
+    monkeypatch.setattr(MultimodalNet, "takes_embeddings", False)
+    every, _ = _params(base)
+    assert not batch_sizes
+    for g in ref:
+        np.testing.assert_allclose(every[g], ref[g], rtol=0, atol=TOL, err_msg=g)
