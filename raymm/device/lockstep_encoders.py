@@ -55,6 +55,7 @@ class SensorEncoders:
             full = helds[:, j] | trains
             if not full.all():
                 self.plan[m] = (names, full)
+        self._constants: dict[str, Tensor] = {}
         #: per prefix size k: sensor -> (rows that run it, rows that do not, their order back)
         self._rows: dict[int, dict[str, tuple[Tensor, Tensor, Tensor | None]]] = {}
 
@@ -75,10 +76,8 @@ class SensorEncoders:
                 parts.append(self._encode(m, {n: params[n].index_select(0, full) for n in names},
                                           xm.index_select(0, full)))
             if lack.numel():
-                # weights the device does not train: no gradient, one zero sample
-                zero = xm.new_zeros((lack.numel(), 1) + tuple(xm.shape[2:]))
-                const = self._encode(m, {n: params[n].detach().index_select(0, lack)
-                                         for n in names}, zero)
+                # the program's lacking devices in order: those of the first k come first
+                const = self._constant(m, params, xm)[:lack.numel()]
                 parts.append(const.expand(-1, xm.shape[1], *const.shape[2:]))
             emb = parts[0] if len(parts) == 1 else torch.cat(parts)
             out[m] = emb if back is None else emb.index_select(0, back)
@@ -91,6 +90,20 @@ class SensorEncoders:
             for n in names:
                 if grads.get(n) is None:
                     grads[n] = torch.zeros_like(params[n])
+
+    def _constant(self, m: str, params: Params, x: Tensor) -> Tensor:
+        """[L, 1, E]: the embedding of a zero sample of every device of the program that
+        lacks sensor m, in order; computed once, as those devices' weights of it never move."""
+        if m not in self._constants:
+            names, full = self.plan[m]
+            lack = torch.from_numpy(np.flatnonzero(~full)).to(self.device)
+            # a program's first step is every device's (each has at least one minibatch)
+            assert params[names[0]].shape[0] == full.shape[0]
+            zero = x.new_zeros((lack.numel(), 1) + tuple(x.shape[2:]))
+            with torch.no_grad():
+                self._constants[m] = self._encode(
+                    m, {n: params[n].index_select(0, lack) for n in names}, zero)
+        return self._constants[m]
 
     def _encode(self, m: str, params: Params, x: Tensor) -> Tensor:
         encoder = self.encoders[m]
