@@ -284,7 +284,8 @@ class LocalUpdate:
         others' gradients are zero, so an optimizer without weight decay leaves their values
         exactly as they were. `encoders`: sensors whose encoder only some devices run on their
         data (the others lack the sensor and do not train it)."""
-        keeps = keeps or {}
+        keeps = {n: keep for n, keep in (keeps or {}).items()
+                 if encoders is None or n not in encoders.unmasked}
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
                 emb: Params) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch, emb)

@@ -42,6 +42,8 @@ class SensorEncoders:
         assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them
         self.encoders = encoders
         self.plan: dict[str, tuple[list[str], np.ndarray]] = {}
+        #: parameters whose `keeps` mask this makes redundant
+        self.unmasked: set[str] = set()
         stacked = set(trained)
         for j, m in enumerate(sensors):
             prefix = f"encoders.{m}."
@@ -55,6 +57,10 @@ class SensorEncoders:
             full = helds[:, j] | trains
             if not full.all():
                 self.plan[m] = (names, full)
+                if not (full & ~trains).any():
+                    # the devices that do not train it are those that do not run it here,
+                    # whose gradient is then zero already: no mask to apply
+                    self.unmasked.update(names)
         self._constants: dict[str, Tensor] = {}
         #: per prefix size k: sensor -> (rows that run it, rows that do not, their order back)
         self._rows: dict[int, dict[str, tuple[Tensor, Tensor, Tensor | None]]] = {}
