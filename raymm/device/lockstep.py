@@ -20,7 +20,8 @@ epoch is shorter for some devices than for others: it is padded to the batch siz
 `LossInputs.weight` marks real rows 1 and padding 0. An objective that declares
 `mixes_sensor_sets` lets devices of every sensor set share a bucket: a sensor a device lacks is
 its all-zero input, its presence mask says so, and the gradient of a group it does not train is
-dropped (`LockstepTrainer._keeps`).
+dropped (`LockstepTrainer._keeps`); such a device runs the encoder of a sensor it lacks once, on
+one zero sample, rather than on every minibatch (`raymm.device.lockstep_encoders`).
 Minibatch order, augmentation draws and everything else random come from the same per-device
 streams as the sequential path.
 

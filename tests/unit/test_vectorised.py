@@ -436,3 +436,43 @@ def test_a_sensor_a_device_lacks_runs_its_encoder_on_one_zero_sample(monkeypatch
     assert not batch_sizes
     for g in ref:
         np.testing.assert_allclose(every[g], ref[g], rtol=0, atol=TOL, err_msg=g)
+
+
+def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(monkeypatch):
+    """`lockstep_conv._direct` makes the grouped call of `device_conv`'s vmap rule without the
+    custom operator's Python layers: a lock-step run is bit for bit the run through the
+    operator, forward and backward."""
+    import raymm.device.lockstep_conv as lc
+
+    sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+               "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
+    base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
+            "rounds": 2, "training.vectorise": True, "training.optimizer": "adam",
+            "training.lr": 0.01}
+    calls = []
+    direct = lc._direct
+    monkeypatch.setattr(lc, "_direct", lambda *a: calls.append(1) or direct(*a))
+    ref, _ = _params(base)
+    assert calls
+    monkeypatch.setattr(lc, "_direct", lambda *a: None)
+    via_operator, _ = _params(base)
+    for g in ref:
+        assert np.array_equal(via_operator[g], ref[g]), g
+
+
+def test_per_device_convolutions_under_nested_vmap_take_the_operator():
+    """Two vmap levels (devices, then something inside a device) are not the simple case
+    `_direct` unwraps: the custom operator's rule computes them, and each result is the plain
+    convolution's."""
+    from torch.func import vmap
+
+    from raymm.device.lockstep_conv import blocked_convolutions
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 2, 4, 5, 16, generator=gen)        # devices, inner, batch, C, L
+    w = torch.randn(3, 6, 5, 3, generator=gen)            # devices, O, C, K
+    with blocked_convolutions():
+        out = vmap(lambda xd, wd: vmap(lambda xi: F.conv1d(xi, wd, padding=1))(xd))(x, w)
+    for d in range(3):
+        for i in range(2):
+            torch.testing.assert_close(out[d, i], F.conv1d(x[d, i], w[d], padding=1))
