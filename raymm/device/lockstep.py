@@ -408,21 +408,31 @@ class LockstepTrainer:
                  aug_gens: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
         """The objective's augmentation, then the dataset's, device by device with each
         device's own generators and held sensors, on the real rows only (as the sequential
-        path calls them), padding re-attached after."""
+        path calls them); padding rows stay as they are. A hook that hands back the very
+        tensor it was given changed nothing: only what it replaced is written (into a copy
+        of that sensor's, or the presence mask's, stack)."""
         real = weight.sum(1).to(torch.int64).tolist()
-        xs: dict[str, list[Tensor]] = {m: [] for m in xb}
-        ps = []
+        xs, ps = dict(xb), present
+        copied: set[str] = set()
         for i, gen in enumerate(gens):
             n = real[i]
-            xa, pa = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
+            given, given_p = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
+            xa, pa = given, given_p
             if augment is not None:
                 xa, pa = augment(xa, pa, per_held[i], self.sensors, gen)
             if data_aug is not None:
                 xa = data_aug(xa, per_held[i], aug_gens[i])
             for m in xb:
-                xs[m].append(torch.cat([xa[m], xb[m][i, n:]]))
-            ps.append(torch.cat([pa, present[i, n:]]))
-        return {m: torch.stack(v) for m, v in xs.items()}, torch.stack(ps)
+                if xa[m] is not given[m]:
+                    if m not in copied:
+                        xs[m] = xs[m].clone()
+                        copied.add(m)
+                    xs[m][i, :n] = xa[m]
+            if pa is not given_p:
+                if ps is present:
+                    ps = present.clone()
+                ps[i, :n] = pa
+        return xs, ps
 
     def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
               groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
