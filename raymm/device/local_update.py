@@ -43,7 +43,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -51,9 +51,6 @@ from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
 from raymm.protocol.seams import LossInputs, Objective
-
-if TYPE_CHECKING:
-    from raymm.device.lockstep_encoders import SensorEncoders
 
 Params = dict[str, Tensor]
 #: a parameter's Adam step count: one for every device, or one per device of a stack
@@ -71,6 +68,21 @@ class Batch(NamedTuple):
     y: Tensor
     present: Tensor          # float [B, M]: sensor present in this sample
     weight: Tensor | None    # float [B]: 1 real row, 0 padding; None: every row is real
+
+
+class EncoderPlan(Protocol):
+    """Sensors whose encoder runs outside the model for some devices of a lock-step program
+    (`raymm.device.lockstep_encoders.SensorEncoders`)."""
+
+    #: parameters whose keep mask is redundant (their gradient is zero where it would drop it)
+    unmasked: set[str]
+
+    def __bool__(self) -> bool: ...
+
+    def embeddings(self, params: Params, x: Mapping[str, Tensor], k: int
+                   ) -> dict[str, Tensor]: ...
+
+    def zero_grads(self, grads: dict[str, Tensor], params: Params) -> None: ...
 
 
 class ModuleCall:
@@ -276,7 +288,7 @@ class LocalUpdate:
 
     def many_devices(self, anchor: Params, shared: Params, frozen: Params,
                      local: Params, keeps: Mapping[str, Tensor] | None = None,
-                     encoders: SensorEncoders | None = None) -> GradFn:
+                     encoders: EncoderPlan | None = None) -> GradFn:
         """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
         `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
         along the device axis; `shared` (untrained, the same for all) is not. `keeps`: per
