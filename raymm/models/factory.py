@@ -93,6 +93,8 @@ class PartsNet(RaymmNet):
     """A user's parts (encoders, fusion, head, heads) run as concat fusion: z = fusion(cat of
     the embeddings), logits = head(z). Parameters keep the parts' own names."""
 
+    takes_embeddings = True
+
     def __init__(self, parts: nn.Module, sensors: tuple[str, ...]) -> None:
         super().__init__()
         self.sensors = sensors
@@ -104,8 +106,6 @@ class PartsNet(RaymmNet):
         self.head = head
         self.heads = heads if isinstance(heads, nn.ModuleDict) and len(heads) else None
         self.adapter = None
-
-    takes_embeddings = True
 
     def forward(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool = False,
                 split_adapter: bool = False, embeddings: Mapping[str, Tensor] | None = None
