@@ -74,11 +74,6 @@ class EncoderPlan(Protocol):
     """Sensors whose encoder runs outside the model for some devices of a lock-step program
     (`raymm.device.lockstep_encoders.SensorEncoders`)."""
 
-    #: parameters whose keep mask is redundant (their gradient is zero where it would drop it)
-    unmasked: set[str]
-
-    def __bool__(self) -> bool: ...
-
     def embeddings(self, params: Params, x: Mapping[str, Tensor], k: int
                    ) -> dict[str, Tensor]: ...
 
@@ -296,8 +291,7 @@ class LocalUpdate:
         others' gradients are zero, so an optimizer without weight decay leaves their values
         exactly as they were. `encoders`: sensors whose encoder only some devices run on their
         data (the others lack the sensor and do not train it)."""
-        keeps = {n: keep for n, keep in (keeps or {}).items()
-                 if encoders is None or n not in encoders.unmasked}
+        keeps = keeps or {}
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
                 emb: Params) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch, emb)
@@ -311,11 +305,11 @@ class LocalUpdate:
             k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
             if k not in rows:
                 rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
-            emb = encoders.embeddings(leaves, batch.x, k) if encoders else {}
+            emb = encoders.embeddings(leaves, batch.x, k) if encoders is not None else {}
             loss = losses_of(leaves, *rows[k], batch, emb)
             gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
                                                       allow_unused=True)))
-            if encoders:
+            if encoders is not None:
                 encoders.zero_grads(gs, leaves)
             for n, keep in keeps.items():
                 g = gs.get(n)

@@ -261,8 +261,9 @@ class LockstepTrainer:
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
-        encoders = SensorEncoders(base.call, self.model, self.sensors, helds, names, keeps,
-                                  base.device) if self.model.takes_embeddings else None
+        encoders = self._encoder_plan(helds, names, keeps)
+        if encoders is not None:   # masks the plan makes redundant
+            keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                      local_t, keeps, encoders),
@@ -332,6 +333,16 @@ class LockstepTrainer:
             if not mask.all():
                 out[n] = torch.from_numpy(mask).to(self.base.device)
         return out
+
+    def _encoder_plan(self, helds: np.ndarray, names: list[str], keeps: dict[str, Tensor]
+                      ) -> SensorEncoders | None:
+        """The sensors whose encoder only some devices of the program run on their data; None
+        when every device runs every encoder (or the model cannot take embeddings)."""
+        if not self.model.takes_embeddings:
+            return None
+        plan = SensorEncoders(self.base.call, self.model, self.sensors, helds, names, keeps,
+                              self.base.device)
+        return plan if plan.plan else None
 
     def _device_tensors(self, reqs: list[Request]) -> Params:
         """The objective's `device_tensors` of every device (its own state), stacked."""

@@ -66,9 +66,6 @@ class SensorEncoders:
         #: per prefix size k: sensor -> (rows that run it, rows that do not, their order back)
         self._rows: dict[int, dict[str, tuple[Tensor, Tensor, Tensor | None]]] = {}
 
-    def __bool__(self) -> bool:
-        return bool(self.plan)
-
     def embeddings(self, params: Params, x: Mapping[str, Tensor], k: int) -> dict[str, Tensor]:
         """sensor -> [k, B, E] embeddings of the first k devices, for the planned sensors."""
         out = {}
@@ -120,11 +117,12 @@ class SensorEncoders:
                 f = full[:k]
                 if f.all():
                     continue   # every device of this step runs it: the model does
-                order = np.concatenate([np.flatnonzero(f), np.flatnonzero(~f)])
+                order = np.argsort(~f, kind="stable")   # those that run it, then the others
                 back = np.argsort(order)
+                runs = int(f.sum())
                 dev = self.device
-                rows[m] = (torch.from_numpy(np.flatnonzero(f)).to(dev),
-                           torch.from_numpy(np.flatnonzero(~f)).to(dev),
+                rows[m] = (torch.from_numpy(order[:runs]).to(dev),
+                           torch.from_numpy(order[runs:]).to(dev),
                            None if (back == np.arange(k)).all() else
                            torch.from_numpy(back).to(dev))
             self._rows[k] = rows
