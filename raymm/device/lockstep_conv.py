@@ -13,16 +13,24 @@ Here, while a program runs (`blocked_convolutions`), `F.conv1d`/`F.conv2d` on pe
 weights go through `raymm::device_conv`, whose vmap rule makes every call hold at least 2
 groups and 8 input channels in all (`MIN_GROUPS`, `MIN_CHANNELS`): a program of fewer devices is
 padded with zero devices. Past those, oneDNN computes every group alike whatever the group
-count and the group's position (measured for 1 to 129 input channels and 8 to 32 output
-channels per device, 2 to 64 devices: outputs, weight and input gradients the same bits), so a
-device's numbers are those of any other packing.
-`tests/unit/test_vectorised.py` checks packings of 1, 5 and all devices with convolutional
-encoders. A call without per-device tensors (outside vmap) is the plain one.
+count and the group's position, so a device's numbers are those of any other packing.
+
+The call is channels last (memory `[B, *S, devices, C]`; a 1-D convolution is a 2-D one of
+height 1): oneDNN's grouped kernels for that layout took a TIDE round's convolutions from ~215
+to ~145 ms (the 3-channel first layer 2.7x faster forward), and a layer's channels-last output
+is the next layer's input without a copy. Measured for this layout: 1 to 129 input and 4 to 64
+output channels per device, 2 to 100 devices, 1-D (kernel 5, stride 2) and 2-D (kernel 3, stride
+2) convolutions: outputs, weight and input gradients the same bits. A global average pool of
+per-device tensors is a plain mean meanwhile (torch's own restrides a channels-last result in
+place, which vmap does device by device).
+`tests/unit/test_vectorised.py` checks group counts directly and packings of 1, 5 and all devices
+with convolutional encoders. A call without per-device tensors (outside vmap) is the plain one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,16 +92,24 @@ def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: 
         xs = torch.cat([xs, xs.new_zeros((fill, *xs.shape[1:]))])
         ws = torch.cat([ws, ws.new_zeros((fill, *ws.shape[1:]))])
         bs = torch.cat([bs, bs.new_zeros((fill, *bs.shape[1:]))]) if bs is not None else None
-    n, batch, channels, space = xs.shape[0], xs.shape[1], xs.shape[2], xs.shape[3:]
+    n, batch, channels = xs.shape[0], xs.shape[1], xs.shape[2]
     out_ch = ws.shape[1]
-    # devices side by side along the channels: [B, n*C, *S]
-    flat_x = xs.movedim(0, 1).reshape(batch, n * channels, *space)
-    flat_w = ws.reshape(n * out_ch, *ws.shape[2:])
+    one_d = ws.dim() == 4
+    if one_d:  # a 1-D convolution runs as a 2-D one of height 1 (oneDNN's channels-last kernels)
+        xs, ws = xs.unsqueeze(3), ws.unsqueeze(3)
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+    height, width = xs.shape[3], xs.shape[4]
+    # devices side by side along the channels, channels last: memory [B, H, W, n*C] (a view
+    # when x is the channels-last output of the call before)
+    flat_x = (xs.permute(1, 3, 4, 0, 2).reshape(batch, height, width, n * channels)
+              .permute(0, 3, 1, 2))
+    flat_w = (ws.reshape(n * out_ch, *ws.shape[2:]).permute(0, 2, 3, 1).contiguous()
+              .permute(0, 3, 1, 2))  # channels last too (`memory_format=` is refused under vmap)
     flat_b = bs.reshape(-1) if bs is not None else None
-    out = _PLAIN[ws.dim() - 3](flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
-    # the device axis stays where the call put it (dim 1): moved to the front, the result would
-    # be strided, and every elementwise kernel after it (activations, their backward) 5x slower
-    return out.reshape(batch, n, out_ch, *out.shape[2:])[:, :g], 1
+    out = F.conv2d(flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
+    # [B, n, O, H', W'] as a view: the device axis stays at dim 1, channels innermost
+    out = out.reshape(batch, n, out_ch, *out.shape[2:])[:, :g]
+    return (out.squeeze(3) if one_d else out), 1
 
 
 torch.library.register_vmap("raymm::device_conv", _blocked)
@@ -149,13 +165,32 @@ def _pair(v: Any, dims: int) -> list[int]:
     return [int(v)] * dims if isinstance(v, int) else [int(e) for e in v]
 
 
+def _pooled(plain: Callable[..., Tensor], dims: int) -> Callable[..., Tensor]:
+    """`plain` (F.adaptive_avg_pool1d or 2d), taking a plain mean for a global pool of
+    per-device tensors: on the channels-last results of `_grouped` torch's own global pool
+    restrides its result in place, which vmap can only do device by device."""
+    def pool(input: Tensor, output_size: Any) -> Tensor:
+        sizes = [output_size] * dims if isinstance(output_size, int) else list(output_size)
+        if sizes == [1] * dims and torch._C._functorch.is_batchedtensor(input):
+            axes = tuple(range(-dims, 0))
+            # a sum and a division, as torch's mean computes it; its gradient reaches the layer
+            # before as a broadcast view, not a tensor in another memory order
+            return input.sum(axes, keepdim=True) / math.prod(input.shape[-dims:])
+        return plain(input, output_size)
+    return pool
+
+
 @contextlib.contextmanager
 def blocked_convolutions() -> Iterator[None]:
     """While a lock-step program runs: `F.conv1d` and `F.conv2d` (what `nn.Conv1d`/`nn.Conv2d`
-    call) on per-device weights are blocked as the module docstring says."""
-    saved = F.conv1d, F.conv2d
+    call) on per-device weights are blocked as the module docstring says, and global average
+    pools of per-device tensors are plain means."""
+    saved = F.conv1d, F.conv2d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d
     F.conv1d, F.conv2d = _routed(saved[0]), _routed(saved[1])  # type: ignore[assignment]
+    F.adaptive_avg_pool1d = _pooled(saved[2], 1)  # type: ignore[assignment]
+    F.adaptive_avg_pool2d = _pooled(saved[3], 2)  # type: ignore[assignment]
     try:
         yield
     finally:
-        F.conv1d, F.conv2d = saved  # type: ignore[assignment]
+        (F.conv1d, F.conv2d,  # type: ignore[assignment]
+         F.adaptive_avg_pool1d, F.adaptive_avg_pool2d) = saved

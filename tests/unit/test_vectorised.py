@@ -476,3 +476,71 @@ def test_per_device_convolutions_under_nested_vmap_take_the_operator():
     for d in range(3):
         for i in range(2):
             torch.testing.assert_close(out[d, i], F.conv1d(x[d, i], w[d], padding=1))
+
+
+
+def _device_zero(devices: int, channels: int, two_d: bool) -> dict[str, torch.Tensor]:
+    """Device 0's tensors, output and gradients from one blocked convolution of `devices`
+    devices: device 0's inputs fixed, the others' drawn afresh."""
+    from torch.func import vmap
+
+    from raymm.device.lockstep_conv import blocked_convolutions
+
+    space, kernel = ((9, 11), (3, 3)) if two_d else ((24,), (5,))
+    fixed, other = torch.Generator().manual_seed(0), torch.Generator().manual_seed(devices)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.cat([torch.randn(1, *shape, generator=fixed),
+                          torch.randn(devices - 1, *shape, generator=other)]).requires_grad_()
+
+    x, w, b = draw(4, channels, *space), draw(6, channels, *kernel), draw(6)
+    with blocked_convolutions():
+        conv = F.conv2d if two_d else F.conv1d  # as routed while the block lasts
+        out = vmap(lambda xd, wd, bd: conv(xd, wd, bd, stride=2, padding=1))(x, w, b)
+    out.backward(torch.linspace(-1, 1, out[0].numel()).reshape(out[0].shape).expand_as(out))
+    return {"x": x[0].detach(), "w": w[0].detach(), "b": b[0].detach(),
+            "output": out[0].detach(), "weight grad": w.grad[0], "bias grad": b.grad[0],
+            "input grad": x.grad[0]}
+
+
+@pytest.mark.parametrize("two_d", [False, True])
+@pytest.mark.parametrize("channels", [1, 3, 16])
+def test_a_blocked_convolution_gives_a_device_the_same_bits_whatever_the_device_count(
+        channels, two_d):
+    """The grouped channels-last call of `raymm.device.lockstep_conv` computes a device's
+    output and gradients alike whether 1, 2, 3, 5, 9 or 17 devices share it (fewer than the
+    minimum are padded with zero devices), for 1-D and 2-D convolutions; and the output is the
+    plain convolution's."""
+    ref = _device_zero(1, channels, two_d)
+    for devices in (2, 3, 5, 9, 17):
+        got = _device_zero(devices, channels, two_d)
+        for name in ("output", "weight grad", "bias grad", "input grad"):
+            assert torch.equal(got[name], ref[name]), (devices, name)
+    plain = (F.conv2d if two_d else F.conv1d)(ref["x"], ref["w"], ref["b"], stride=2, padding=1)
+    torch.testing.assert_close(ref["output"], plain)
+
+
+def test_a_global_average_pool_of_per_device_tensors_is_their_mean_without_a_fallback():
+    """Within a lock-step program a global average pool of per-device tensors (the channels-last
+    results of blocked convolutions) is a plain mean: the plain pool's numbers, and no vmap
+    fallback that would loop over devices (torch warns of one when it happens)."""
+    import warnings
+
+    from torch.func import vmap
+
+    from raymm.device.lockstep_conv import blocked_convolutions
+
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 4, 3, 20, generator=gen), torch.randn(5, 8, 3, 5, generator=gen)
+    img, k = torch.randn(5, 4, 3, 9, 9, generator=gen), torch.randn(5, 8, 3, 3, 3, generator=gen)
+    with warnings.catch_warnings(record=True) as caught, blocked_convolutions():
+        warnings.simplefilter("always")
+        one = vmap(lambda xd, wd: F.adaptive_avg_pool1d(F.conv1d(xd, wd, padding=2), 1))(x, w)
+        two = vmap(lambda xd, wd: F.adaptive_avg_pool2d(F.conv2d(xd, wd, padding=1), 1))(img, k)
+        keep = vmap(lambda xd, wd: F.adaptive_avg_pool2d(F.conv2d(xd, wd, padding=1), 2))(img, k)
+    assert not [c for c in caught if "performance drop" in str(c.message)]
+    for d in range(5):
+        conv1, conv2 = F.conv1d(x[d], w[d], padding=2), F.conv2d(img[d], k[d], padding=1)
+        torch.testing.assert_close(one[d], F.adaptive_avg_pool1d(conv1, 1))
+        torch.testing.assert_close(two[d], F.adaptive_avg_pool2d(conv2, 1))
+        torch.testing.assert_close(keep[d], F.adaptive_avg_pool2d(conv2, 2))
