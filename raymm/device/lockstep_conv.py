@@ -16,8 +16,8 @@ padded with zero devices. Past those, oneDNN computes every group alike whatever
 count and the group's position, so a device's numbers are those of any other packing.
 
 The call is channels last (memory `[B, *S, devices, C]`; a 1-D convolution is a 2-D one of
-height 1): oneDNN's grouped kernels for that layout took a TIDE round's convolutions from ~215
-to ~145 ms (the 3-channel first layer 2.7x faster forward), and a layer's channels-last output
+height 1): oneDNN's grouped kernels for that layout took a TIDE round's convolution kernels
+from ~213 to ~150 ms (the 3-channel first layer 2.7x faster forward), and a layer's output
 is the next layer's input without a copy. Measured for this layout: 1 to 129 input and 4 to 64
 output channels per device, 2 to 100 devices, 1-D (kernel 5, stride 2) and 2-D (kernel 3, stride
 2) convolutions: outputs, weight and input gradients the same bits. A global average pool of
