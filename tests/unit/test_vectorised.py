@@ -478,7 +478,6 @@ def test_per_device_convolutions_under_nested_vmap_take_the_operator():
             torch.testing.assert_close(out[d, i], F.conv1d(x[d, i], w[d], padding=1))
 
 
-
 def _device_zero(devices: int, channels: int, two_d: bool) -> dict[str, torch.Tensor]:
     """Device 0's tensors, output and gradients from one blocked convolution of `devices`
     devices: device 0's inputs fixed, the others' drawn afresh."""
