@@ -124,7 +124,7 @@ class SequentialTrainer:
         batches = self._batches(device, rnd, xs, y, held_t, held_names)
         # a module's own randomness (a user's dropout) draws from torch's global generator:
         # seeded per (seed, round, device), so it does not depend on who trained before
-        torch.manual_seed(seeding.torch_seed(self.seed, rnd, device, "module"))
+        seeding.seed_global(seeding.torch_seed(self.seed, rnd, device, "module"))
         done = update.run(params, batches, update.one_device(anchor, dev_tensors),
                           grad_sum=objective.needs_grad_mean)
         with torch.no_grad():  # the module ends holding the trained values

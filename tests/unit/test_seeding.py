@@ -28,3 +28,20 @@ def test_seeds_differ_by_every_part_of_the_name() -> None:
     assert base != seeding.torch_seeds(0, 2, np.array([5]), "batches")
     assert base != seeding.torch_seeds(0, 1, np.array([6]), "batches")
     assert base != seeding.torch_seeds(0, 1, np.array([5]), "data_augment")
+
+
+def test_seed_global_draws_what_torch_manual_seed_draws() -> None:
+    """The sequential path seeds a module's own randomness (a user's dropout) with
+    `seeding.seed_global`: the same draws as after `torch.manual_seed`, whatever was drawn
+    before."""
+    import torch
+
+    for seed in (0, 7, 2**40 + 3):
+        torch.rand(5)
+        seeding.seed_global(seed)
+        ours = (torch.rand(4), torch.randn(3), torch.randperm(9))
+        torch.rand(2)
+        torch.manual_seed(seed)
+        theirs = (torch.rand(4), torch.randn(3), torch.randperm(9))
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b)
