@@ -423,8 +423,7 @@ class LockstepTrainer:
         tensor it was given changed nothing: only what it replaced is written (into a copy
         of that sensor's, or the presence mask's, stack)."""
         real = weight.sum(1).to(torch.int64).tolist()
-        xs, ps = dict(xb), present
-        copied: set[str] = set()
+        xs, ps = dict(xb), present   # a stack is copied on its first write
         for i, gen in enumerate(gens):
             n = real[i]
             given, given_p = {m: x[i, :n] for m, x in xb.items()}, present[i, :n]
@@ -435,9 +434,8 @@ class LockstepTrainer:
                 xa = data_aug(xa, per_held[i], aug_gens[i])
             for m in xb:
                 if xa[m] is not given[m]:
-                    if m not in copied:
-                        xs[m] = xs[m].clone()
-                        copied.add(m)
+                    if xs[m] is xb[m]:
+                        xs[m] = xb[m].clone()
                     xs[m][i, :n] = xa[m]
             if pa is not given_p:
                 if ps is present:

@@ -106,7 +106,8 @@ def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: 
     flat_w = (ws.reshape(n * out_ch, *ws.shape[2:]).permute(0, 2, 3, 1).contiguous()
               .permute(0, 3, 1, 2))  # channels last too (`memory_format=` is refused under vmap)
     flat_b = bs.reshape(-1) if bs is not None else None
-    out = F.conv2d(flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
+    # the plain kernel, not `F.conv2d`, which `blocked_convolutions` routes back here
+    out = _PLAIN[2](flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
     # [B, n, O, H', W'] as a view: the device axis stays at dim 1, channels innermost
     out = out.reshape(batch, n, out_ch, *out.shape[2:])[:, :g]
     return (out.squeeze(3) if one_d else out), 1
@@ -171,7 +172,7 @@ def _pooled(plain: Callable[..., Tensor], dims: int) -> Callable[..., Tensor]:
     restrides its result in place, which vmap can only do device by device."""
     def pool(input: Tensor, output_size: Any) -> Tensor:
         sizes = [output_size] * dims if isinstance(output_size, int) else list(output_size)
-        if sizes == [1] * dims and torch._C._functorch.is_batchedtensor(input):
+        if sizes == [1] * dims and _ft.is_batchedtensor(input):
             axes = tuple(range(-dims, 0))
             # a sum and a division, as torch's mean computes it; its gradient reaches the layer
             # before as a broadcast view, not a tensor in another memory order
