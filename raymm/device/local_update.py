@@ -20,7 +20,10 @@ Nesterov) and `torch.optim.Adam` (betas 0.9/0.999, eps 1e-8, L2 weight decay, no
 pure functions, with torch's own operations in torch's order, so the sequential path's numbers
 are torch.optim's bit for bit. Every operation is elementwise with Python-scalar coefficients,
 so the same call on stacked [G, ...] tensors is what `vmap` over devices would compute: the
-lock-step path calls it on the stacks directly.
+lock-step path calls it on the stacks directly for SGD. Lock-step Adam is
+`raymm.device.stacked_adam.StackedAdam` (the same algorithm in torch's fused kernel, one call
+for a whole program instead of seven passes per parameter: other last bits than the
+sequential path).
 
 What an objective must provide to train in lock-step (it opts in with `vectorisable = True`):
   * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and autograd:
@@ -50,6 +53,7 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
+from raymm.device.stacked_adam import StackedAdam
 from raymm.protocol.seams import LossInputs, Objective
 
 Params = dict[str, Tensor]
@@ -328,16 +332,20 @@ class LocalUpdate:
         return params, state, loss, grads if keep_grads else {}
 
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
-            grad_sum: bool = False) -> UpdateResult:
+            grad_sum: bool = False, stacked: bool = False) -> UpdateResult:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
         builds its optimizer anew every round).
 
-        In lock-step, a minibatch may be for fewer devices than `params` holds: for its first
-        k (a bucket is ordered by steps per epoch, most first, so the devices with a minibatch
-        in a step are always a prefix). The others are set aside untouched -- parameters,
-        optimizer state, gradient sums -- and rejoin when a later minibatch (the next epoch's)
-        is for them again, and at the end: a device's numbers are those of its own steps only.
+        In lock-step (`stacked`: `params` are stacks along a device axis), a minibatch may be
+        for fewer devices than `params` holds: for its first k (a bucket is ordered by steps
+        per epoch, most first, so the devices with a minibatch in a step are always a prefix).
+        The others are set aside untouched -- parameters, optimizer state, gradient sums --
+        and rejoin when a later minibatch (the next epoch's) is for them again, and at the
+        end: a device's numbers are those of its own steps only. Adam then steps every
+        device's parameters at once (`raymm.device.stacked_adam`).
         """
+        if stacked and self.optimizer.kind == "adam":
+            return self._run_stacked_adam(params, batches, grads_of, grad_sum)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
         losses = []
@@ -354,6 +362,18 @@ class LocalUpdate:
             losses.append(loss)
         params, state, sums = aside.resize(None, params, state, sums)
         return UpdateResult(params, losses, sums)
+
+    def _run_stacked_adam(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
+                          grad_sum: bool) -> UpdateResult:
+        o = self.optimizer
+        adam = StackedAdam(params, o.lr, o.BETAS, o.EPS, o.weight_decay, grad_sum)
+        losses = []
+        for batch in batches:
+            k = len(batch.y)
+            loss, grads = grads_of(adam.params(k), batch)
+            adam.step(dict(grads), k)
+            losses.append(loss)
+        return UpdateResult(adam.params(), losses, adam.grad_sums())
 
 
 def _spare(grads: Grads, params: Params) -> set[str]:

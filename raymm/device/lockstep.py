@@ -267,7 +267,7 @@ class LockstepTrainer:
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                      local_t, keeps, encoders),
-                              grad_sum=self.objective.needs_grad_mean)
+                              grad_sum=self.objective.needs_grad_mean, stacked=True)
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them

@@ -39,6 +39,7 @@ PHASES = [
     ("raymm.device.lockstep", "LockstepTrainer", "run", "  lock-step programs"),
     ("raymm.device.local_update", "LocalUpdate", "run", "    local update (minibatch loop)"),
     ("raymm.device.local_update", "FunctionalOptimizer", "step", "      optimizer steps"),
+    ("raymm.device.stacked_adam", "StackedAdam", "step", "      optimizer steps (stacked Adam)"),
     ("raymm.device.lockstep", "LockstepTrainer", "_all_epoch_rows", "    minibatch orders"),
     ("raymm.device.lockstep", "LockstepTrainer", "_rows", "    rows out of the stacks"),
     ("raymm.device.host", "DeviceHost", "_presum", "  block sums"),

@@ -6,6 +6,7 @@ import torch
 
 from raymm.config.schema import TrainingSpec
 from raymm.device.local_update import FunctionalOptimizer, OptimizerState
+from raymm.device.stacked_adam import StackedAdam
 
 
 def _spec(optimizer: str, momentum: float = 0.0, weight_decay: float = 0.0,
@@ -131,3 +132,66 @@ def test_stacked_devices_step_as_each_alone(kind: str) -> None:
     for i in range(3):
         for n in stacked:
             assert torch.equal(stacked[n][i], alone[i][n]), (n, i)
+
+
+def _stacked_adam(params: dict[str, torch.Tensor], weight_decay: float = 0.0,
+                  grad_sum: bool = False) -> StackedAdam:
+    return StackedAdam(params, 0.01, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS,
+                       weight_decay, grad_sum)
+
+
+def test_stacked_adam_gives_a_device_the_same_bits_wherever_it_sits() -> None:
+    """Devices set aside (steps for a prefix only) and per-device step counts: each device's
+    parameters are those of the device stepping alone, bit for bit, whatever its row and the
+    number of devices beside it (the fused kernel's scalar tail never reaches a device)."""
+    torch.manual_seed(2)
+    g = 7
+    # 31 floats a device: alone, 15 of them would be a tail of the kernel's scalar code
+    start = {"w": torch.randn(g, 4, 3), "b": torch.randn(g, 4), "odd": torch.randn(g, 15)}
+    prefix = [7, 7, 5, 2, 7, 4, 1, 7] * 4   # devices with a minibatch in each step
+    grads = [{n: torch.randn((k,) + p.shape[1:]) for n, p in start.items()} for k in prefix]
+    together = _stacked_adam(start, grad_sum=True)
+    for k, gs in zip(prefix, grads):
+        together.step(dict(gs), k)
+    sums = together.grad_sums()
+    assert sums is not None
+    for i in range(g):
+        alone = _stacked_adam({n: p[i:i + 1] for n, p in start.items()}, grad_sum=True)
+        for k, gs in zip(prefix, grads):
+            if i < k:
+                alone.step({n: t[i:i + 1] for n, t in gs.items()}, 1)
+        alone_sums = alone.grad_sums()
+        assert alone_sums is not None
+        for n in start:
+            assert torch.equal(together.params()[n][i], alone.params()[n][0]), (n, i)
+            assert torch.equal(sums[n][i], alone_sums[n][0]), (n, i)
+
+
+def test_stacked_adam_is_torch_adam_up_to_rounding() -> None:
+    """The same algorithm as torch.optim.Adam (the fused kernel rounds the update otherwise)."""
+    torch.manual_seed(3)
+    p0 = torch.randn(3, 40)
+    adam = _stacked_adam({"w": p0})
+    ref = p0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([ref], lr=0.01, foreach=False)
+    for _ in range(20):
+        grad = torch.randn(3, 40)
+        adam.step({"w": grad}, 3)
+        ref.grad = grad.clone()
+        opt.step()
+    assert torch.allclose(adam.params()["w"], ref.detach(), rtol=1e-6, atol=1e-7)
+    assert not torch.equal(adam.params()["w"], p0)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_stacked_adam_leaves_a_parameter_without_gradient_as_it_was(weight_decay: float
+                                                                     ) -> None:
+    torch.manual_seed(4)
+    start = {"used": torch.randn(2, 6), "unused": torch.randn(2, 6)}
+    adam = _stacked_adam(start, weight_decay)
+    for _ in range(3):
+        adam.step({"used": torch.randn(2, 6), "unused": None}, 2)
+    assert torch.equal(adam.params()["unused"], start["unused"])
+    assert not torch.equal(adam.params()["used"], start["used"])
+    with pytest.raises(ValueError, match="unused"):
+        adam.step({"used": torch.randn(2, 6), "unused": torch.randn(2, 6)}, 2)

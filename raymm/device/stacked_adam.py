@@ -1,0 +1,126 @@
+"""Adam for a lock-step program: every device's parameters, moments and gradients in one
+buffer each, stepped by torch's fused Adam kernel.
+
+`raymm.device.local_update.FunctionalOptimizer` replays torch.optim.Adam's multi-tensor
+operations, seven passes over memory per step; on a lock-step program's stacks that was a fifth
+of a FedMChain round (49 devices, ~1M floats: ~3 ms a step, memory-bound). Here a program's
+trainable parameters live in one float32 buffer `[G, P]` (device-major: a device's parameters
+are one row, each parameter a strided `[G, *shape]` view of it), so does each moment, and a
+step copies the gradients into a buffer alike and makes one `torch._fused_adam_` call (the
+kernel of `torch.optim.Adam(fused=True)`) per run of devices that took the same number of steps.
+
+The same algorithm as torch.optim.Adam, not its operation order: the fused kernel rounds the
+parameter update differently from the multi-tensor one (the last bit of ~0.03% of the values),
+so a lock-step run under Adam is not bit-identical to the sequential path (it never was: batched
+matrix products sum in another order). A device's numbers still do not depend on which devices
+share its program: the kernel computes a value with its vector instructions except in a tail
+shorter than a vector, whose scalar code rounds otherwise, and a row of `P` -- a multiple of
+`ROW_ALIGN` floats -- leaves no tail for a run of whole rows (measured: 1-60 devices, rows of
+64-38,400 floats, one and two threads; `tests/unit/test_local_optim.py`).
+
+Set aside (`raymm.device.local_update`, a device without a minibatch in a step): a step covers
+rows `[:k]` only, so the rows after them stay as they were, with no copying. Per-device step
+counts give per-device bias corrections: a device's count, kept here, picks its run's `step`.
+A parameter the loss does not use gets no gradient in any step of a program (its structure is
+fixed): its gradient stays zero, which leaves it and its moments exactly as they were (zero
+moments, `p - lr * 0 / eps`), as torch.optim skips it; under weight decay its values are put
+back after the step. One that gets a gradient in some steps only is refused (the bucket then
+trains sequentially).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: floats per device row: a multiple of every CPU vector width (AVX-512: 16 floats)
+ROW_ALIGN = 64
+
+Params = dict[str, Tensor]
+
+
+class StackedAdam:
+    """One lock-step program's parameters and Adam state (see the module docstring)."""
+
+    def __init__(self, params: Params, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float, grad_sum: bool) -> None:
+        first = next(iter(params.values()))
+        g, dev = first.shape[0], first.device
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.names = list(params)
+        self.shapes = {n: tuple(p.shape[1:]) for n, p in params.items()}
+        self.spans: dict[str, tuple[int, int]] = {}
+        end = 0
+        for n, p in params.items():
+            size = p[0].numel()
+            self.spans[n] = (end, end + size)
+            end += size
+        width = -(-end // ROW_ALIGN) * ROW_ALIGN
+        self.p = torch.zeros((g, width), dtype=torch.float32, device=dev)
+        for n, p in params.items():
+            self._view(self.p, n, g).copy_(p)
+        self.m, self.v, self.g = (torch.zeros_like(self.p) for _ in range(3))
+        self.sum = torch.zeros_like(self.p) if grad_sum else None
+        self.count = [0] * g   # each device's steps so far
+        #: per parameter: whether it got a gradient (fixed after the first step)
+        self.used: dict[str, bool] = {}
+        #: (buffer, k) -> every parameter's view of the buffer's first k rows
+        self._views: dict[tuple[int, int], Params] = {}
+
+    def _view(self, buf: Tensor, name: str, k: int) -> Tensor:
+        a, b = self.spans[name]
+        return buf[:k, a:b].view((k,) + self.shapes[name])
+
+    def _views_of(self, buf: Tensor, k: int) -> Params:
+        key = (id(buf), k)
+        if key not in self._views:
+            self._views[key] = {n: self._view(buf, n, k) for n in self.names}
+        return self._views[key]
+
+    def params(self, k: int | None = None) -> Params:
+        """The first k devices' parameters (all with None), as views of the buffer."""
+        return dict(self._views_of(self.p, self.p.shape[0] if k is None else k))
+
+    def grad_sums(self) -> Params | None:
+        """Every device's summed gradients (None unless asked for); zeros for a parameter the
+        loss never used."""
+        if self.sum is None:
+            return None
+        k = self.sum.shape[0]
+        return {n: self._view(self.sum, n, k) for n in self.names if self.used.get(n)}
+
+    def step(self, grads: dict[str, Tensor | None], k: int) -> None:
+        """One Adam step of the first k devices (in place)."""
+        unused = []
+        into = self._views_of(self.g, k)
+        for n in self.names:
+            g = grads.get(n)
+            if self.used.setdefault(n, g is not None) != (g is not None):
+                raise ValueError(f"parameter {n} got a gradient in some steps of a lock-step "
+                                 "program only")
+            if g is None:
+                unused.append(n)
+            else:
+                into[n].copy_(g)
+        kept = ([(n, [self._view(t, n, k).clone() for t in (self.p, self.m, self.v)])
+                 for n in unused] if self.weight_decay else [])
+        for i in range(k):
+            self.count[i] += 1
+        b1, b2 = self.betas
+        start = 0
+        while start < k:   # runs of devices with the same count: counts fall along the rows
+            stop = start + 1
+            while stop < k and self.count[stop] == self.count[start]:
+                stop += 1
+            rows = slice(start, stop)
+            step = torch.tensor(float(self.count[start]), device=self.p.device)
+            torch._fused_adam_([self.p[rows]], [self.g[rows]], [self.m[rows]], [self.v[rows]],
+                               [], [step], lr=self.lr, beta1=b1, beta2=b2,
+                               weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
+                               maximize=False)
+            start = stop
+        for n, (p, m, v) in kept:
+            for buf, old in zip((self.p, self.m, self.v), (p, m, v)):
+                self._view(buf, n, k).copy_(old)
+        if self.sum is not None:
+            self.sum[:k] += self.g[:k]
