@@ -71,7 +71,7 @@ from torch import Tensor
 
 from raymm import seeding
 from raymm.device.local_update import Batch, LocalUpdate, Params
-from raymm.device.lockstep_conv import blocked_convolutions
+from raymm.device.lockstep_conv import blocked_convolutions, interleaved_rows, takes_interleaved
 from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
@@ -146,6 +146,11 @@ class LockstepTrainer:
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
         self.active: tuple[str, ...] = ()
+        encoders = getattr(self.model, "encoders", None)
+        #: sensors whose minibatches are gathered device-interleaved
+        self.interleaved = {m for m in self.sensors if isinstance(encoders, torch.nn.ModuleDict)
+                            and m in encoders and takes_interleaved(
+                                encoders[m], base.dataset.sensor_shape(m))}
 
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:
@@ -406,7 +411,11 @@ class LockstepTrainer:
             if not helds[:, j].any():
                 xb[m] = torch.zeros(shape[2:], device=base.device).expand(shape)
                 continue
-            x = base.rows(m, flat).view(shape)
+            if m in self.interleaved:   # see `lockstep_conv.takes_interleaved`
+                store = base.train_x[m]
+                x = interleaved_rows(store, rows.to(store.device)).to(base.device)
+            else:
+                x = base.rows(m, flat).view(shape)
             if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
                 lacks = torch.from_numpy(~helds[:, j]).to(base.device)
                 x = x.masked_fill(lacks.view((g,) + (1,) * (x.dim() - 1)), 0.0)

@@ -23,6 +23,8 @@ output channels per device, 2 to 100 devices, 1-D (kernel 5, stride 2) and 2-D (
 2) convolutions: outputs, weight and input gradients the same bits. A global average pool of
 per-device tensors is a plain mean meanwhile (torch's own restrides a channels-last result in
 place, which vmap does device by device).
+A program gathers a many-channel `[T, C]` minibatch device-interleaved for this call
+(`interleaved_rows`), so the call reads it without a copy.
 `tests/unit/test_vectorised.py` checks group counts directly and packings of 1, 5 and all devices
 with convolutional encoders. A call without per-device tensors (outside vmap) is the plain one.
 """
@@ -36,8 +38,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch._C import _functorch as _ft
+
+from raymm.models.encoders import Channels
 
 #: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
 #: small-channel path (measured: 1 channel x 4 devices or 3 x 2 differ from 8 or 9 and more)
@@ -179,6 +183,45 @@ def _pooled(plain: Callable[..., Tensor], dims: int) -> Callable[..., Tensor]:
             return input.sum(axes, keepdim=True) / math.prod(input.shape[-dims:])
         return plain(input, output_size)
     return pool
+
+
+#: the fewest floats per time step for which a 1-D convolution's minibatch is gathered
+#: interleaved (`interleaved_rows`): shorter rows gather faster as whole samples, then moved
+INTERLEAVE_MIN_CHANNELS = 16
+
+
+def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
+    """Whether a lock-step program should hand `encoder` its minibatch device-interleaved
+    (`interleaved_rows`): a `[T, C]` series of at least `INTERLEAVE_MIN_CHANNELS` channels
+    that the encoder turns to `[C, T]` for a 1-D convolution first. The grouped call reads
+    its input as `[B, T, devices x C]` memory (`_grouped`); gathered so, it is a view there
+    rather than a copy of the whole minibatch (the FedMChain spectrograms: 6 MB a step)."""
+    layers = list(encoder.children()) if isinstance(encoder, nn.Sequential) else []
+    return (len(shape) == 2 and shape[1] >= INTERLEAVE_MIN_CHANNELS and len(layers) >= 2
+            and isinstance(layers[0], Channels) and not layers[0].image
+            and isinstance(layers[1], nn.Conv1d))
+
+
+def interleaved_rows(x: Tensor, rows: Tensor) -> Tensor:
+    """`x[rows]` for `x` `[N, T, C]` and `rows` `[G, B]`: `[G, B, T, C]`, laid out in memory as
+    `[B, T, G, C]` -- one gather of `C`-float rows in the order `_grouped` reads them. The same
+    values as `x.index_select(0, rows.reshape(-1))`, in another memory order."""
+    n, t, c = x.shape
+    g, b = rows.shape
+    steps = torch.arange(t, device=rows.device)
+    idx = (rows.T.unsqueeze(1) * t + steps.view(1, t, 1)).reshape(-1)   # [B, T, G]
+    return x.reshape(n * t, c).index_select(0, idx).view(b, t, g, c).permute(2, 0, 1, 3)
+
+
+def select_devices(x: Tensor, idx: Tensor) -> Tensor:
+    """`x.index_select(0, idx)` (dim 0: the devices) kept in `x`'s memory order: an
+    interleaved minibatch (`interleaved_rows`) stays interleaved."""
+    strides = x.stride()
+    order = sorted(range(x.dim()), key=lambda d: (-strides[d], d))
+    if order[0] == 0 or not x.permute(order).is_contiguous():
+        return x.index_select(0, idx)
+    back = sorted(range(x.dim()), key=order.__getitem__)
+    return x.permute(order).index_select(order.index(0), idx).permute(back)
 
 
 @contextlib.contextmanager

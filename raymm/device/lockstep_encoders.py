@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from raymm.device.local_update import ModuleCall, Params
+from raymm.device.lockstep_conv import select_devices
 from raymm.models import RaymmNet
 
 
@@ -75,7 +76,7 @@ class SensorEncoders:
             parts = []
             if full.numel():
                 parts.append(self._encode(m, {n: params[n].index_select(0, full) for n in names},
-                                          xm.index_select(0, full)))
+                                          select_devices(xm, full)))
             if lack.numel():
                 # the program's lacking devices in order: those of the first k come first
                 const = self._constant(m, params, xm)[:lack.numel()]

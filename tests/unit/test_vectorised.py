@@ -543,3 +543,57 @@ def test_a_global_average_pool_of_per_device_tensors_is_their_mean_without_a_fal
         torch.testing.assert_close(one[d], F.adaptive_avg_pool1d(conv1, 1))
         torch.testing.assert_close(two[d], F.adaptive_avg_pool2d(conv2, 1))
         torch.testing.assert_close(keep[d], F.adaptive_avg_pool2d(conv2, 2))
+
+
+def test_an_interleaved_minibatch_reaches_a_convolution_as_a_view_with_the_same_bits():
+    """A `[T, C]` series with many channels is gathered device-interleaved for a lock-step
+    program (`lockstep_conv.interleaved_rows`): the same values as a plain gather, still so
+    after picking devices (`select_devices`), and the grouped convolution reads it without
+    copying the minibatch, to the same bits as from a plain gather."""
+    from torch.func import vmap
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from raymm.device.lockstep_conv import (
+        blocked_convolutions,
+        interleaved_rows,
+        select_devices,
+        takes_interleaved,
+    )
+    from raymm.models.encoders import make_encoder
+
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randn(40, 21, 17, generator=gen)              # samples, T, C
+    rows = torch.randint(0, 40, (5, 6), generator=gen)         # devices, batch
+    plain = data.index_select(0, rows.reshape(-1)).view(5, 6, 21, 17)
+    inter = interleaved_rows(data, rows)
+    assert torch.equal(inter, plain) and inter.permute(1, 2, 0, 3).is_contiguous()
+    pick = torch.tensor([4, 1, 2])
+    picked = select_devices(inter, pick)
+    assert torch.equal(picked, plain.index_select(0, pick))
+    assert picked.permute(1, 2, 0, 3).is_contiguous()
+
+    encoder = make_encoder("cnn1d", (21, 17), 8, 16)
+    assert takes_interleaved(encoder, (21, 17)) and not takes_interleaved(encoder, (21, 3))
+    weights = {n: torch.randn(5, *p.shape, generator=gen) for n, p in encoder.named_parameters()}
+
+    class Copies(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.floats = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            if func in (torch.ops.aten.clone.default, torch.ops.aten.copy_.default) and \
+                    out.numel() == plain.numel():
+                self.floats += out.numel()   # a copy of the minibatch
+            return out
+
+    def encode(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        with blocked_convolutions(), Copies() as copies:
+            out = vmap(lambda p, xb: torch.func.functional_call(encoder, p, (xb,)))(weights, x)
+        return out, copies.floats
+
+    got, copied = encode(inter)
+    ref, copied_plain = encode(plain)
+    assert torch.equal(got, ref)
+    assert copied_plain == plain.numel() and copied == 0   # a plain gather is moved, not this
