@@ -418,7 +418,7 @@ class LockstepTrainer:
                 x = base.rows(m, flat).view(shape)
             if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
                 lacks = torch.from_numpy(~helds[:, j]).to(base.device)
-                x = x.masked_fill(lacks.view((g,) + (1,) * (x.dim() - 1)), 0.0)
+                x.masked_fill_(lacks.view((g,) + (1,) * (x.dim() - 1)), 0.0)  # a fresh gather
             xb[m] = x
         return xb, held_t[:, None, :].expand(g, b, -1)
 
