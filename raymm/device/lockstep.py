@@ -147,10 +147,11 @@ class LockstepTrainer:
         self.upload = True
         self.active: tuple[str, ...] = ()
         encoders = getattr(self.model, "encoders", None)
-        #: sensors whose minibatches are gathered device-interleaved
+        #: sensors whose minibatches are gathered device-interleaved (from contiguous inputs:
+        #: their samples' time steps are then rows of one matrix)
         self.interleaved = {m for m in self.sensors if isinstance(encoders, torch.nn.ModuleDict)
-                            and m in encoders and takes_interleaved(
-                                encoders[m], base.dataset.sensor_shape(m))}
+                            and m in encoders and base.train_x[m].is_contiguous()
+                            and takes_interleaved(encoders[m], base.dataset.sensor_shape(m))}
 
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:

@@ -203,14 +203,14 @@ def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
 
 
 def interleaved_rows(x: Tensor, rows: Tensor) -> Tensor:
-    """`x[rows]` for `x` `[N, T, C]` and `rows` `[G, B]`: `[G, B, T, C]`, laid out in memory as
-    `[B, T, G, C]` -- one gather of `C`-float rows in the order `_grouped` reads them. The same
-    values as `x.index_select(0, rows.reshape(-1))`, in another memory order."""
+    """`x[rows]` for `x` `[N, T, C]` (contiguous) and `rows` `[G, B]`: `[G, B, T, C]`, laid out
+    as `[B, T, G, C]` in memory -- one gather of `C`-float rows in the order `_grouped` reads
+    them. The same values as `x.index_select(0, rows.reshape(-1))`, in another memory order."""
     n, t, c = x.shape
     g, b = rows.shape
     steps = torch.arange(t, device=rows.device)
     idx = (rows.T.unsqueeze(1) * t + steps.view(1, t, 1)).reshape(-1)   # [B, T, G]
-    return x.reshape(n * t, c).index_select(0, idx).view(b, t, g, c).permute(2, 0, 1, 3)
+    return x.view(n * t, c).index_select(0, idx).view(b, t, g, c).permute(2, 0, 1, 3)
 
 
 def select_devices(x: Tensor, idx: Tensor) -> Tensor:
