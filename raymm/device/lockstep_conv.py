@@ -195,7 +195,7 @@ def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
     (`interleaved_rows`): a `[T, C]` series of at least `INTERLEAVE_MIN_CHANNELS` channels
     that the encoder turns to `[C, T]` for a 1-D convolution first. The grouped call reads
     its input as `[B, T, devices x C]` memory (`_grouped`); gathered so, it is a view there
-    rather than a copy of the whole minibatch (the FedMChain spectrograms: 6 MB a step)."""
+    rather than a copy of the whole minibatch (the FedMChain spectrograms: ~25 MB a step)."""
     layers = list(encoder.children()) if isinstance(encoder, nn.Sequential) else []
     return (len(shape) == 2 and shape[1] >= INTERLEAVE_MIN_CHANNELS and len(layers) >= 2
             and isinstance(layers[0], Channels) and not layers[0].image
