@@ -57,8 +57,6 @@ from raymm.device.stacked_adam import StackedAdam
 from raymm.protocol.seams import LossInputs, Objective
 
 Params = dict[str, Tensor]
-#: a parameter's Adam step count: one for every device, or one per device of a stack
-StepCount = int | tuple[int, ...]
 Grads = Mapping[str, Tensor | None]
 #: (params, batch) -> (loss, gradient per parameter; None: the loss did not use it)
 GradFn = Callable[[Params, "Batch"], tuple[Tensor, Grads]]
@@ -124,11 +122,9 @@ class ModuleCall:
 @dataclass
 class OptimizerState:
     """Per parameter: the steps it took (torch counts per parameter), Adam's moments, SGD's
-    momentum buffer. A step returns a new state and leaves this one as it was. In lock-step a
-    parameter's count is one int while every device of the stack took the same steps, and a
-    tuple of per-device counts once devices set aside rejoin having skipped some."""
+    momentum buffer. A step returns a new state and leaves this one as it was."""
 
-    steps: dict[str, StepCount] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
     m: Params = field(default_factory=dict)
     v: Params = field(default_factory=dict)
     buf: Params = field(default_factory=dict)
@@ -181,15 +177,12 @@ class FunctionalOptimizer:
         """torch.optim.Adam's arithmetic, with its multi-tensor operations (on CPU they are the
         single-tensor ones, op for op). Parameters that took the same number of steps share one
         bias correction: normally all of them; one that sometimes gets no gradient keeps its
-        own count, as in torch. Stacked devices with different counts (`StepCount`) get their
-        own bias corrections as float32 factors along the device axis: a float32 tensor
-        operand holds the very value torch casts a Python scalar coefficient to, so each
-        device's numbers are those of its own scalar step, bit for bit."""
+        own count, as in torch. (Stacks of devices with their own counts: `StackedAdam`.)"""
         steps, m, v = dict(state.steps), dict(state.m), dict(state.v)
-        by_step: dict[StepCount, dict[str, Tensor]] = {}  # step count -> gradient per parameter
+        by_step: dict[int, dict[str, Tensor]] = {}  # step count -> gradient per parameter
         for name, g in grads.items():
             if g is not None:
-                steps[name] = _next(steps.get(name, 0))
+                steps[name] = steps.get(name, 0) + 1
                 by_step.setdefault(steps[name], {})[name] = g
         out = dict(params)
         b1, b2 = self.BETAS
@@ -204,43 +197,12 @@ class FunctionalOptimizer:
                                      for n, p in zip(names, ps)], b2)
             torch._foreach_addcmul_(vs, gs, gs, 1 - b2)
             denom = torch._foreach_sqrt(vs)
-            if isinstance(step, int):
-                torch._foreach_div_(denom, math.sqrt(1 - b2 ** step))
-                torch._foreach_add_(denom, self.EPS)
-                new = torch._foreach_addcdiv(ps, ms, denom, -self.lr / (1 - b1 ** step))
-            else:
-                root = _per_device([math.sqrt(1 - b2 ** s) for s in step], ps)
-                size = _per_device([-self.lr / (1 - b1 ** s) for s in step], ps)
-                torch._foreach_div_(denom, root)
-                torch._foreach_add_(denom, self.EPS)
-                new = torch._foreach_addcdiv(ps, torch._foreach_mul(ms, size), denom)
+            torch._foreach_div_(denom, math.sqrt(1 - b2 ** step))
+            torch._foreach_add_(denom, self.EPS)
+            new = torch._foreach_addcdiv(ps, ms, denom, -self.lr / (1 - b1 ** step))
             for i, n in enumerate(names):
                 out[n], m[n], v[n] = new[i], ms[i], vs[i]
         return out, OptimizerState(steps, m, v, dict(state.buf))
-
-
-def _next(count: StepCount) -> StepCount:
-    """A step count after one more step of every device."""
-    return count + 1 if isinstance(count, int) else tuple(c + 1 for c in count)
-
-
-def _per_device(values: list[float], like: list[Tensor]) -> list[Tensor]:
-    """One float32 factor per device, shaped to broadcast along each tensor's device axis."""
-    col = torch.tensor(values, dtype=torch.float32, device=like[0].device)
-    return [col.view((-1,) + (1,) * (t.dim() - 1)) for t in like]
-
-
-def _split_count(count: StepCount, k: int) -> tuple[StepCount, StepCount]:
-    """A stack's step count cut into its first k devices and the rest."""
-    return (count, count) if isinstance(count, int) else (count[:k], count[k:])
-
-
-def _join_counts(parts: list[tuple[StepCount, int]]) -> StepCount:
-    """The step count of stacks joined one after another ((count, devices) each): one int
-    when every device took the same steps."""
-    each = [c for count, n in parts
-            for c in ((count,) * n if isinstance(count, int) else count)]
-    return each[0] if each and all(c == each[0] for c in each) else tuple(each)
 
 
 @dataclass
@@ -400,41 +362,38 @@ def memory_order(t: Tensor) -> tuple[int, ...]:
 
 class _SetAside:
     """The trailing devices of a lock-step bucket that have no minibatch in the current step,
-    kept aside as they were (parameters, optimizer moments, step counts and buffers, gradient
-    sums), the most recently set aside last."""
+    kept aside as they were (parameters, SGD's momentum buffers, gradient sums), the most
+    recently set aside last. Under Adam a program steps in `StackedAdam`, which sets rows
+    aside itself."""
 
     def __init__(self) -> None:
-        #: (params, m, v, buf, sums), step counts, devices
-        self.parts: list[tuple[tuple[Params, ...], dict[str, StepCount], int]] = []
+        #: (params, buf, sums), devices
+        self.parts: list[tuple[tuple[Params, ...], int]] = []
 
     def resize(self, k: int | None, params: Params, state: OptimizerState,
                sums: Params | None) -> tuple[Params, OptimizerState, Params | None]:
         """Parameters, state and sums of the first k devices (None: of all of them again)."""
         if k is None and not self.parts:
             return params, state, sums
+        if state.steps or state.m:
+            raise ValueError("devices set aside with an Adam state: lock-step Adam is "
+                             "raymm.device.stacked_adam.StackedAdam")
         n = next(iter(params.values())).shape[0]
-        trees: tuple[Params, ...] = (params, state.m, state.v, state.buf, sums or {})
-        steps = state.steps
+        trees: tuple[Params, ...] = (params, state.buf, sums or {})
         if k is not None and k < n:   # devices k.. have no minibatch now
-            cut = {a: _split_count(c, k) for a, c in steps.items()}
-            self.parts.append((tuple({a: t[k:] for a, t in d.items()} for d in trees),
-                               {a: c[1] for a, c in cut.items()}, n - k))
+            self.parts.append((tuple({a: t[k:] for a, t in d.items()} for d in trees), n - k))
             trees = tuple({a: t[:k] for a, t in d.items()} for d in trees)
-            steps = {a: c[0] for a, c in cut.items()}
         elif self.parts and (k is None or k > n):
-            back = [(trees, steps, n)]
+            back = [(trees, n)]
             while self.parts and (k is None or n < k):
                 back.append(self.parts.pop())
-                n += back[-1][2]
+                n += back[-1][1]
             trees = tuple(_join([part[0][i] for part in back]) for i in range(len(trees)))
-            # a device set aside may have skipped steps: Adam's bias correction then differs
-            # per device (`StepCount`)
-            steps = {a: _join_counts([(part[1].get(a, 0), part[2]) for part in back])
-                     for a in {a for part in back for a in part[1]}}
         else:
             return params, state, sums
-        params, m, v, buf, got = trees
-        return params, OptimizerState(steps, m, v, buf), None if sums is None else got
+        params, buf, got = trees
+        return params, OptimizerState(state.steps, state.m, state.v, buf), \
+            None if sums is None else got
 
 
 def _join(pieces: list[Params]) -> Params:

@@ -15,7 +15,7 @@ of it: step s runs on that prefix only, and the devices after it are set aside a
 exactly its own steps and no others, so nothing is computed for devices without a minibatch,
 and a bucket's step count is that of its longest device rather than one program per distinct
 step count. Under Adam a device set aside rejoins having skipped steps: its bias correction
-follows its own step count (`raymm.device.local_update.StepCount`). The last minibatch of an
+follows its own step count (`raymm.device.stacked_adam`). The last minibatch of an
 epoch is shorter for some devices than for others: it is padded to the batch size, and
 `LossInputs.weight` marks real rows 1 and padding 0. An objective that declares
 `mixes_sensor_sets` lets devices of every sensor set share a bucket: a sensor a device lacks is

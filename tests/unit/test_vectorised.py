@@ -300,24 +300,6 @@ def test_functional_optimizer_is_torch_optim(opt):
         torch.testing.assert_close(params["w"][i], ref.detach(), rtol=1e-6, atol=1e-6)
 
 
-def test_adam_with_per_device_step_counts_is_each_devices_own_adam():
-    """Stacked devices that took different numbers of steps (set aside, rejoined): each
-    device's Adam step is, bit for bit, the step it would take alone with its own count."""
-    from raymm.config.schema import TrainingSpec
-
-    f = FunctionalOptimizer(TrainingSpec(optimizer="adam", lr=0.003))
-    gen = torch.Generator().manual_seed(0)
-    p, g = torch.randn(3, 4, 5, generator=gen), torch.randn(3, 4, 5, generator=gen)
-    m, v = torch.randn(3, 4, 5, generator=gen), torch.rand(3, 4, 5, generator=gen)
-    counts = (2, 7, 40)
-    got, state = f.step({"w": p}, {"w": g}, OptimizerState({"w": counts}, {"w": m}, {"w": v}))
-    assert state.steps["w"] == (3, 8, 41)
-    for i, c in enumerate(counts):
-        alone, _ = f.step({"w": p[i]}, {"w": g[i]},
-                          OptimizerState({"w": c}, {"w": m[i]}, {"w": v[i]}))
-        assert torch.equal(got["w"][i], alone["w"]), i
-
-
 class _HeadUnused(Objective):
     """A loss of the fused representation alone: the task head gets no gradient."""
 
