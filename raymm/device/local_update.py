@@ -333,7 +333,7 @@ class LocalUpdate:
         for batch in batches:
             k = len(batch.y)
             loss, grads = grads_of(adam.params(k), batch)
-            adam.step(dict(grads), k)
+            adam.step(grads, k)
             losses.append(loss)
         return UpdateResult(adam.params(), losses, adam.grad_sums())
 

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch._C import _functorch as _ft
 
+from raymm.device.local_update import memory_order
 from raymm.models.encoders import Channels
 
 #: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
@@ -216,8 +217,7 @@ def interleaved_rows(x: Tensor, rows: Tensor) -> Tensor:
 def select_devices(x: Tensor, idx: Tensor) -> Tensor:
     """`x.index_select(0, idx)` (dim 0: the devices) kept in `x`'s memory order: an
     interleaved minibatch (`interleaved_rows`) stays interleaved."""
-    strides = x.stride()
-    order = sorted(range(x.dim()), key=lambda d: (-strides[d], d))
+    order = list(memory_order(x))
     if order[0] == 0 or not x.permute(order).is_contiguous():
         return x.index_select(0, idx)
     back = sorted(range(x.dim()), key=order.__getitem__)

@@ -30,6 +30,9 @@ trains sequentially).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -86,10 +89,10 @@ class StackedAdam:
         loss never used."""
         if self.sum is None:
             return None
-        k = self.sum.shape[0]
-        return {n: self._view(self.sum, n, k) for n in self.names if self.used.get(n)}
+        every = self._views_of(self.sum, self.sum.shape[0])
+        return {n: v for n, v in every.items() if self.used.get(n)}
 
-    def step(self, grads: dict[str, Tensor | None], k: int) -> None:
+    def step(self, grads: Mapping[str, Tensor | None], k: int) -> None:
         """One Adam step of the first k devices (in place)."""
         unused = []
         into = self._views_of(self.g, k)
@@ -102,25 +105,24 @@ class StackedAdam:
                 unused.append(n)
             else:
                 into[n].copy_(g)
-        kept = ([(n, [self._view(t, n, k).clone() for t in (self.p, self.m, self.v)])
-                 for n in unused] if self.weight_decay else [])
+        bufs = (self.p, self.m, self.v)
+        kept = ([(n, [self._views_of(b, k)[n].clone() for b in bufs]) for n in unused]
+                if self.weight_decay else [])
         for i in range(k):
             self.count[i] += 1
         b1, b2 = self.betas
         start = 0
-        while start < k:   # runs of devices with the same count: counts fall along the rows
-            stop = start + 1
-            while stop < k and self.count[stop] == self.count[start]:
-                stop += 1
-            rows = slice(start, stop)
-            step = torch.tensor(float(self.count[start]), device=self.p.device)
+        # runs of devices with the same count (counts fall along the rows)
+        for count, run in itertools.groupby(self.count[:k]):
+            rows = slice(start, start + len(list(run)))
+            step = torch.tensor(float(count), device=self.p.device)
             torch._fused_adam_([self.p[rows]], [self.g[rows]], [self.m[rows]], [self.v[rows]],
                                [], [step], lr=self.lr, beta1=b1, beta2=b2,
                                weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
                                maximize=False)
-            start = stop
-        for n, (p, m, v) in kept:
-            for buf, old in zip((self.p, self.m, self.v), (p, m, v)):
-                self._view(buf, n, k).copy_(old)
+            start = rows.stop
+        for n, olds in kept:
+            for buf, old in zip(bufs, olds):
+                self._views_of(buf, k)[n].copy_(old)
         if self.sum is not None:
             self.sum[:k] += self.g[:k]
