@@ -34,6 +34,7 @@ of a cluster (row-by-row sums, the order numpy's own sum takes) and blocks of co
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -225,6 +226,17 @@ def distinct_rows(gram: np.ndarray) -> int:
     return int(np.unique(first).shape[0])
 
 
+@functools.cache
+def _threadpools() -> Any:
+    """The process's native thread pools (BLAS, OpenMP), found once: `threadpool_limits`
+    searches every loaded library anew on each use, ~13 ms beside torch (a tenth of a FedMChain
+    round at a sync). Found after scikit-learn's import, so its OpenMP runtime is among them."""
+    from sklearn.cluster import KMeans  # noqa: F401  # loads the libraries to find
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
     """KMeans labels [n] of the sign vectors sign(signs) (sign vectors, or the sparse deltas
     themselves) into min(k, n, #distinct rows) clusters (seeded, one BLAS thread, so the same
@@ -236,10 +248,9 @@ def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
     (scikit-learn scales `tol` by the mean per-feature variance)."""
     # deferred: scikit-learn and scipy load on the first clustering (a second of imports)
     from sklearn.cluster import KMeans
-    from threadpoolctl import threadpool_limits
 
     n, p = signs.shape
-    with threadpool_limits(1):
+    with _threadpools().limit(limits=1):
         gram = sign_gram(signs)
         k_eff = min(k, n, distinct_rows(gram))
         if k_eff <= 1:

@@ -3,8 +3,8 @@
 A refactor or a speed-up that claims "same numbers" runs this before and after and compares the
 two JSON files; any difference in any run's weights or any round's loss is a change of numbers.
 The set covers the lock-step path (the standard bench at two sizes, Adam and momentum over two
-epochs, weight decay, the multimodal stress scenarios) and both flagship methods on each
-executor.
+epochs, weight decay, a proximal term, the multimodal stress scenarios) and both flagship
+methods on each executor.
 
     python scenarios/scripts/reference_runs.py --out /tmp/after.json
     python scenarios/scripts/reference_runs.py --compare /tmp/before.json /tmp/after.json
@@ -40,6 +40,7 @@ RUNS: dict[str, tuple[str, list[str], bool]] = {
     "bench_momentum_2ep": (BENCH, [*LOCKSTEP, "training.momentum=0.9",
                                    "training.local_epochs=2"], False),
     "bench_weight_decay": (BENCH, [*LOCKSTEP, "training.weight_decay=0.01"], False),
+    "bench_fedprox": (BENCH, [*LOCKSTEP, "objective.mu=0.1"], False),
     "stress_10k": ("scenarios/stress/devices_10k.yaml", ["rounds=2", "execution.executor=serial"],
                    False),
     "stress_10k_tide": ("scenarios/stress/devices_10k_tide.yaml",
