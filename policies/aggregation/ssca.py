@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,6 +48,9 @@ from raymm import seeding
 from raymm.protocol.messages import ClusterModels, UpdateBatch
 from raymm.protocol.registry import AGGREGATORS
 from raymm.protocol.seams import AggregationContext, Aggregator
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 
 class SSCAParams(BaseModel):
@@ -227,11 +230,12 @@ def distinct_rows(gram: np.ndarray) -> int:
 
 
 @functools.cache
-def _threadpools() -> Any:
+def _threadpools() -> ThreadpoolController:
     """The process's native thread pools (BLAS, OpenMP), found once: `threadpool_limits`
     searches every loaded library anew on each use, ~13 ms beside torch (a tenth of a FedMChain
     round at a sync). Found after scikit-learn's import, so its OpenMP runtime is among them."""
-    from sklearn.cluster import KMeans  # noqa: F401  # loads the libraries to find
+    # deferred, as in `cluster_signs` (importing scikit-learn loads the libraries to find)
+    from sklearn.cluster import KMeans  # noqa: F401
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
