@@ -70,6 +70,9 @@ class Batch(NamedTuple):
     y: Tensor
     present: Tensor          # float [B, M]: sensor present in this sample
     weight: Tensor | None    # float [B]: 1 real row, 0 padding; None: every row is real
+    #: sensor -> [B, E] embeddings computed before the step (a frozen encoder's, see
+    #: `LockstepTrainer._frozen_embeddings`); the model takes them instead of `x` there
+    embeddings: dict[str, Tensor] | None = None
 
 
 class EncoderPlan(Protocol):
@@ -271,7 +274,10 @@ class LocalUpdate:
             k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
             if k not in rows:
                 rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
-            emb = encoders.embeddings(leaves, batch.x, k) if encoders is not None else {}
+            # embeddings made before the step reach the model as `emb` (vmap takes no None)
+            emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
+            if encoders is not None:
+                emb.update(encoders.embeddings(leaves, batch.x, k))
             loss = losses_of(leaves, *rows[k], batch, emb)
             gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
                                                       allow_unused=True)))

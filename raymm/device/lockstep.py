@@ -43,10 +43,13 @@ parameters it kept under `training.exchange: delta|none`) and its own adapter fo
 group. Every parameter the forward uses is stacked per device -- trained ones as the vmapped
 trainable parameters, frozen ones (e.g. MCFT's earlier-modality branches) as vmapped inputs
 without gradient -- unless every device of the chunk starts from the very same vector, which
-then stays one shared tensor. The objective's per-device hooks run as on the sequential path:
-`device_tensors(state, extras, layout, groups)` per device, stacked into `LossInputs.local`
-(one device's view inside the loss); `device_finish` per device after training with its start
-and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
+then stays one shared tensor. An encoder no device of the program trains (a frozen branch) sees
+each sample once a round, not once an epoch: its embeddings are computed before the steps, in
+calls of the steps' own shapes, and each step takes its rows of them
+(`LockstepTrainer._frozen_embeddings`; the same bits). The objective's per-device hooks run
+as on the sequential path: `device_tensors(state, extras, layout, groups)` per device, stacked
+into `LossInputs.local` (one device's view inside the loss); `device_finish` per device after
+training with its start and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
 device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
 (or `torch.no_grad()`) for stop-gradients such as MCFT's frozen features.
@@ -68,6 +71,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
+from torch.func import vmap
 
 from raymm import seeding
 from raymm.device.local_update import Batch, LocalUpdate, Params
@@ -243,27 +247,42 @@ class LockstepTrainer:
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
+        frozen: list[str] = []
+        perms: list[Tensor] = []
         if augment is None and data_aug is None:
             # nothing but the minibatch order draws from a device's stream: draw every epoch's
             # order now, in the sequential path's order, with one re-seeded generator
-            all_rows = self._all_epoch_rows(reqs, seeds, sizes, steps)
+            perms = self._all_epoch_perms(seeds, sizes, steps)
+            all_rows = [self._rows_of(reqs, p, steps) for p in perms]
             gens = []
+            # inputs as stored: a frozen encoder's embeddings can be computed once a round
+            frozen = self._frozen_sensors(names, helds)
         else:
             gens = seeding.generators(seeds)
+        gathered = [m for m in self.sensors if m not in frozen]
+        bs = t.batch_size
 
         def batches() -> Iterator[Batch]:
+            # inside the program's convolution context, as the steps' own encoders run
+            cached = self._frozen_embeddings(frozen, reqs, helds, held_t, shared, dev_frozen,
+                                             training, steps)
             for epoch in range(t.local_epochs):
                 # [G, steps, B] rows of the split
                 rows = all_rows[epoch] if not gens else \
                     self._epoch_rows(reqs, gens, sizes, steps)
                 for s, k in enumerate(training):
-                    xb, present = self._inputs(rows[:k, s], helds[:k], held_t[:k])
+                    xb, present = self._inputs(rows[:k, s], helds[:k], held_t[:k], gathered)
                     y = base.train_y.index_select(0, rows[:k, s].reshape(-1)).view(k, -1)
                     if augment is not None or data_aug is not None:
                         xb, present = self._augment(augment, data_aug, xb, present,
                                                     weight[:k, s], per_held[:k], gens[:k],
                                                     aug_gens[:k])
-                    yield Batch(xb, y, present, weight[:k, s])
+                    emb = None
+                    if cached:   # each sample's frozen embedding, by its local position
+                        at = perms[epoch][:k, s * bs:(s + 1) * bs]
+                        emb = {m: c[:k].gather(1, at[:, :, None].expand(-1, -1, c.shape[2]))
+                               for m, c in cached.items()}
+                    yield Batch(xb, y, present, weight[:k, s], emb)
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups))
@@ -372,10 +391,11 @@ class LockstepTrainer:
         return self._rows_of(reqs, _padded(drawn, steps * self.base.training.batch_size),
                              steps)
 
-    def _all_epoch_rows(self, reqs: list[Request], seeds: list[int], sizes: np.ndarray,
-                        steps: int) -> list[Tensor]:
-        """Every epoch's rows (as `_epoch_rows`) when nothing else draws from the devices'
-        streams: each device's epochs are consecutive draws of its own stream."""
+    def _all_epoch_perms(self, seeds: list[int], sizes: np.ndarray, steps: int
+                         ) -> list[Tensor]:
+        """Every epoch's minibatch order, local positions [G, steps x B] (padding: 0), when
+        nothing else draws from the devices' streams: each device's epochs are consecutive
+        draws of its own stream (`_rows_of` turns them into the rows `_epoch_rows` gives)."""
         epochs = self.base.training.local_epochs
         width = steps * self.base.training.batch_size
         gen = torch.Generator()
@@ -383,8 +403,57 @@ class LockstepTrainer:
         # device by device, its epochs in order (`manual_seed` returns the generator)
         drawn = [randperm(n, generator=seed(s) if e == 0 else gen)
                  for s, n in zip(seeds, sizes.tolist()) for e in range(epochs)]
-        perms = _padded(drawn, width).view(len(reqs), epochs, width).transpose(0, 1)
-        return [self._rows_of(reqs, perms[e], steps) for e in range(epochs)]
+        perms = _padded(drawn, width).view(len(sizes), epochs, width).transpose(0, 1)
+        return [perms[e] for e in range(epochs)]
+
+    def _frozen_sensors(self, names: list[str], helds: np.ndarray) -> list[str]:
+        """Sensors held by some device of the program whose encoder no device trains (MCFT's
+        earlier modalities): their embeddings do not change during the round."""
+        if not self.model.takes_embeddings:
+            return []
+        trained = set(names)
+        out = []
+        for j, m in enumerate(self.sensors):
+            enc = [n for n in self.slot_of if n.startswith(f"encoders.{m}.")]
+            if enc and trained.isdisjoint(enc) and helds[:, j].any():
+                out.append(m)
+        return out
+
+    def _frozen_embeddings(self, sensors: list[str], reqs: list[Request], helds: np.ndarray,
+                           held_t: Tensor, shared: Params, frozen: Params,
+                           training: list[int], steps: int) -> dict[str, Tensor]:
+        """sensor -> [G, steps x B, E]: every device's embedding of each of its samples (by
+        local position) under its frozen encoder, computed once for the round instead of once
+        per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
+        samples in position order -- and a sample's embedding does not depend on the other
+        samples of its call, so each is the one its steps would compute (the same bits: the
+        reference runs of FedMChain in lock-step check it)."""
+        if not sensors:
+            return {}
+        g, bs = len(reqs), self.base.training.batch_size
+        order = torch.arange(steps * bs).expand(g, -1)
+        rows = self._rows_of(reqs, order, steps)            # [G, steps, B], positions in order
+        call, encoders = self.base.call, self.model.encoders
+        assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
+        out = {}
+        for m in sensors:
+            prefix = f"encoders.{m}."
+            common = {n: t for n, t in shared.items() if n.startswith(prefix)}
+            own = {n: t for n, t in frozen.items() if n.startswith(prefix)}
+
+            def encode(per: Params, x: Tensor, m: str = m, common: Params = common) -> Tensor:
+                return call.run({**common, **per}, encoders[m], x)
+            cache: Tensor | None = None
+            with torch.no_grad():
+                for s, k in enumerate(training):
+                    x = self._inputs(rows[:k, s], helds[:k], held_t[:k], [m])[0][m]
+                    e = vmap(encode)({n: t[:k] for n, t in own.items()}, x)   # [k, B, E]
+                    if cache is None:   # positions no step reads stay zero
+                        cache = e.new_zeros((g, steps * bs, e.shape[2]))
+                    cache[:k, s * bs:(s + 1) * bs] = e
+            assert cache is not None   # a program has at least one step
+            out[m] = cache
+        return out
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
         """Dataset rows of the devices' permuted local positions (padding: each device's first
@@ -399,15 +468,17 @@ class LockstepTrainer:
         real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
         return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.device)
 
-    def _inputs(self, rows: Tensor, helds: np.ndarray, held_t: Tensor
-                ) -> tuple[dict[str, Tensor], Tensor]:
-        """Each device's minibatch [G, B, ...] per sensor, all-zero for a sensor it lacks
-        (`helds` [G, M]), and the presence mask [G, B, M]."""
+    def _inputs(self, rows: Tensor, helds: np.ndarray, held_t: Tensor,
+                sensors: list[str] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Each device's minibatch [G, B, ...] per sensor (of `sensors`, default all),
+        all-zero for a sensor it lacks (`helds` [G, M]), and the presence mask [G, B, M]."""
         base = self.base
         g, b = rows.shape
         flat = rows.reshape(-1)
         xb = {}
         for j, m in enumerate(self.sensors):
+            if sensors is not None and m not in sensors:
+                continue
             shape = (g, b) + base.dataset.sensor_shape(m)
             if not helds[:, j].any():
                 xb[m] = torch.zeros(shape[2:], device=base.device).expand(shape)

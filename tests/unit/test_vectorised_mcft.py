@@ -114,3 +114,42 @@ def test_weights_ones_and_padding_keep_the_sequential_loss() -> None:
     torch.testing.assert_close(padded, ref, rtol=0, atol=1e-5)
     # the padding rows do matter without their zero weight (the test can fail)
     assert not torch.allclose(_loss(_inputs(torch.ones(8), pad=2)), ref, atol=1e-3)
+
+
+def _run_lockstep(overrides: list[str]) -> tuple[SerialExecutor, list[float]]:
+    sc = load_scenario(SCENARIO, ["rounds=4", "training.sync_every=2", "eval.every=4",
+                                  "training.vectorise=true", *overrides])
+    world = build_world(sc)
+    ex = SerialExecutor(devices_per_host=24)
+    ex.start(world)
+    losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
+    return ex, losses
+
+
+def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -> None:
+    """`LockstepTrainer._frozen_embeddings`: the earlier modalities' encoders (frozen in an MCFT
+    stage) run once a round over every sample instead of at every step of every epoch; each
+    sample's embedding, hence every number of the run, is the same to the bit. Time-series
+    sensors, so the frozen encoders are convolutions (one of them gathered interleaved)."""
+    from raymm.device.lockstep import LockstepTrainer
+
+    series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
+    found: list[list[str]] = []
+    frozen_sensors = LockstepTrainer._frozen_sensors
+
+    def spy(self, names, helds):  # noqa: ANN001, ANN202
+        found.append(frozen_sensors(self, names, helds))
+        return found[-1]
+    monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", spy)
+    cached, cached_loss = _run_lockstep(series)
+    assert any(found) and not all(found)   # the first stage has no earlier modality
+    monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", lambda self, names, helds: [])
+    plain, plain_loss = _run_lockstep(series)
+    assert cached_loss == plain_loss
+    assert cached.server.params.keys() == plain.server.params.keys()
+    for g in plain.server.params:
+        assert np.array_equal(cached.server.params[g], plain.server.params[g]), g
+    models = plain.server.policies.aggregator.models
+    assert models and models.keys() == cached.server.policies.aggregator.models.keys()
+    for g in models:
+        assert np.array_equal(cached.server.policies.aggregator.models[g], models[g]), g
