@@ -49,8 +49,9 @@ calls of the steps' own shapes, and each step takes its rows of them
 (`LockstepTrainer._frozen_embeddings`; the same bits). The objective's per-device hooks run
 as on the sequential path: `device_tensors(state, extras, layout, groups)` per device, stacked
 into `LossInputs.local` (one device's view inside the loss); `device_finish` per device after
-training with its start and end vectors (and its mean gradients when `needs_grad_mean`). `Dataset.augment` runs per
-device on the real rows with the device's own `(seed, round, device, "data_augment")` stream.
+training with its start and end vectors (and its mean gradients when `needs_grad_mean`).
+`Dataset.augment` runs per device on the real rows with the device's own `(seed, round, device,
+"data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
 (or `torch.no_grad()`) for stop-gradients such as MCFT's frozen features.
 
