@@ -41,9 +41,9 @@ def _agree(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
     assert (diff > tol).mean() <= OUTLIERS, (what, int((diff > tol).sum()), diff.size)
 
 
-def _run(vectorise: bool) -> tuple[SerialExecutor, list[float]]:
+def _run(vectorise: bool, *overrides: str) -> tuple[SerialExecutor, list[float]]:
     sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=2", "eval.every=3",
-                                  f"training.vectorise={str(vectorise).lower()}"])
+                                  f"training.vectorise={str(vectorise).lower()}", *overrides])
     world = build_world(sc)
     ex = SerialExecutor(devices_per_host=5)
     ex.start(world)
@@ -116,16 +116,6 @@ def test_weights_ones_and_padding_keep_the_sequential_loss() -> None:
     assert not torch.allclose(_loss(_inputs(torch.ones(8), pad=2)), ref, atol=1e-3)
 
 
-def _run_lockstep(overrides: list[str]) -> tuple[SerialExecutor, list[float]]:
-    sc = load_scenario(SCENARIO, ["rounds=4", "training.sync_every=2", "eval.every=4",
-                                  "training.vectorise=true", *overrides])
-    world = build_world(sc)
-    ex = SerialExecutor(devices_per_host=24)
-    ex.start(world)
-    losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
-    return ex, losses
-
-
 def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -> None:
     """`LockstepTrainer._frozen_embeddings`: the earlier modalities' encoders (frozen in an MCFT
     stage) run once a round over every sample instead of at every step of every epoch; each
@@ -141,10 +131,10 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
         found.append(frozen_sensors(self, names, helds))
         return found[-1]
     monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", spy)
-    cached, cached_loss = _run_lockstep(series)
+    cached, cached_loss = _run(True, *series)
     assert any(found) and not all(found)   # the first stage has no earlier modality
     monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", lambda self, names, helds: [])
-    plain, plain_loss = _run_lockstep(series)
+    plain, plain_loss = _run(True, *series)
     assert cached_loss == plain_loss
     assert cached.server.params.keys() == plain.server.params.keys()
     for g in plain.server.params:
