@@ -249,7 +249,7 @@ class LockstepTrainer:
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
         frozen: list[str] = []
-        perms: list[Tensor] = []
+        positions: list[Tensor] = []
         if augment is None and data_aug is None:
             # nothing but the minibatch order draws from a device's stream: draw every epoch's
             # order now, in the sequential path's order, with one re-seeded generator
@@ -258,6 +258,8 @@ class LockstepTrainer:
             gens = []
             # inputs as stored: a frozen encoder's embeddings can be computed once a round
             frozen = self._frozen_sensors(names, helds)
+            # the samples' positions where the embeddings are (`_rows_of` reads `perms` on CPU)
+            positions = [p.to(base.device) for p in perms] if frozen else []
         else:
             gens = seeding.generators(seeds)
         gathered = [m for m in self.sensors if m not in frozen]
@@ -280,7 +282,7 @@ class LockstepTrainer:
                                                     aug_gens[:k])
                     emb = None
                     if cached:   # each sample's frozen embedding, by its local position
-                        at = perms[epoch][:k, s * bs:(s + 1) * bs]
+                        at = positions[epoch][:k, s * bs:(s + 1) * bs]
                         emb = {m: c[:k].gather(1, at[:, :, None].expand(-1, -1, c.shape[2]))
                                for m, c in cached.items()}
                     yield Batch(xb, y, present, weight[:k, s], emb)
