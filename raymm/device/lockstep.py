@@ -144,6 +144,9 @@ class LockstepTrainer:
         self.sensors = base.dataset.sensors
         self.objective = base.objective
         self.slot_of = {s.name: (g, s) for g, slots in self.layout.slots.items() for s in slots}
+        #: per sensor, its encoder's parameter names
+        self.encoder_params = {m: [n for n in self.slot_of if n.startswith(f"encoders.{m}.")]
+                               for m in self.sensors}
         #: devices train (and hand out) their own adapter, the `local` group
         self.use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         self.fallback: dict[str, np.ndarray] = {}
@@ -417,7 +420,7 @@ class LockstepTrainer:
         trained = set(names)
         out = []
         for j, m in enumerate(self.sensors):
-            enc = [n for n in self.slot_of if n.startswith(f"encoders.{m}.")]
+            enc = self.encoder_params[m]
             if enc and trained.isdisjoint(enc) and helds[:, j].any():
                 out.append(m)
         return out
@@ -440,9 +443,8 @@ class LockstepTrainer:
         assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
         out = {}
         for m in sensors:
-            prefix = f"encoders.{m}."
-            common = {n: t for n, t in shared.items() if n.startswith(prefix)}
-            own = {n: t for n, t in frozen.items() if n.startswith(prefix)}
+            common = {n: shared[n] for n in self.encoder_params[m] if n in shared}
+            own = {n: frozen[n] for n in self.encoder_params[m] if n in frozen}
 
             def encode(per: Params, x: Tensor, m: str = m, common: Params = common) -> Tensor:
                 return call.run({**common, **per}, encoders[m], x)
