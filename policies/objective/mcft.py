@@ -20,6 +20,7 @@ in lock-step. With `weight=None` (the sequential path) each term is what it was 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -85,6 +86,20 @@ class MCFTStage(Objective):
         refuse(self.check_scenario(self.p, sc, sensors))
         self.chain = resolve_chain(sc.schedule.params().get("chain"), sensors)
         self.sensors = tuple(sensors)
+
+    def sensors_read(self, groups: tuple[str, ...], held: tuple[str, ...],
+                     extras: Mapping[str, Tensor]) -> frozenset[str] | None:
+        """The active branch and the held preceding ones (`loss` reads nothing else): in a
+        chain's first phase no other modality's encoder needs to run."""
+        active = [g.partition(":")[2] for g in groups if g.startswith("sensor:")]
+        if not active or len(active) != len(groups):
+            return None   # `loss` refuses these
+        if len(active) > 1:   # the adaptive order's probe: each branch alone
+            return frozenset(active)
+        if PRECEDING in extras:   # the phase's P_m is a tensor: any held modality
+            return None
+        m = active[0]
+        return frozenset([m, *(p for p in preceding(self.chain, m) if p in held)])
 
     def loss(self, inp: LossInputs) -> Tensor:
         active = [g.partition(":")[2] for g in inp.groups if g.startswith("sensor:")]

@@ -221,8 +221,12 @@ class LocalUpdate:
 
     def __init__(self, call: ModuleCall, objective: Objective, training: TrainingSpec, *,
                  use_adapter: bool, held: tuple[str, ...], extras: dict[str, Tensor],
-                 round: int, groups: tuple[str, ...]) -> None:
+                 round: int, groups: tuple[str, ...], unread: Mapping[str, int] | None = None
+                 ) -> None:
         self.call, self.objective = call, objective
+        #: sensor -> embedding width, for the sensors whose encoders are not run: the loss
+        #: reads nothing made from them (`SequentialTrainer.unread`)
+        self.unread = dict(unread or {})
         self.optimizer = FunctionalOptimizer(training)
         self.forward_kw = {"use_adapter": use_adapter,
                            "split_adapter": use_adapter and bool(objective.split_adapter)}
@@ -232,7 +236,12 @@ class LocalUpdate:
              batch: Batch, embeddings: Params | None = None) -> Tensor:
         """The objective's loss of one minibatch of one device: the module run with `train`
         (the parameters being trained) and `fixed` (others not left in the module);
-        `embeddings`: sensors whose encoder ran already (`SensorEncoders`)."""
+        `embeddings`: sensors whose encoder ran already (`SensorEncoders`); the unread
+        sensors' embeddings are zeros."""
+        if self.unread:
+            rows = batch.y.shape[0]
+            embeddings = {**{m: torch.zeros((rows, width), device=batch.y.device)
+                             for m, width in self.unread.items()}, **(embeddings or {})}
         kw = dict(self.forward_kw, embeddings=embeddings) if embeddings else self.forward_kw
         out = self.call({**fixed, **train}, batch.x, batch.present, **kw)
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,

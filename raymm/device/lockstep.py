@@ -251,7 +251,10 @@ class LockstepTrainer:
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
+        # encoders the loss reads nothing from this round: not run (zero embeddings)
+        unread = base.unread(tuple(groups), held_names, extras)
         frozen: list[str] = []
+        skipped: set[str] = set()
         positions: list[Tensor] = []
         if augment is None and data_aug is None:
             # nothing but the minibatch order draws from a device's stream: draw every epoch's
@@ -260,12 +263,13 @@ class LockstepTrainer:
             all_rows = [self._rows_of(reqs, p, steps) for p in perms]
             gens = []
             # inputs as stored: a frozen encoder's embeddings can be computed once a round
-            frozen = self._frozen_sensors(names, helds)
+            frozen = [m for m in self._frozen_sensors(names, helds) if m not in unread]
+            skipped = set(unread)   # nothing reads their inputs either
             # the samples' positions where the embeddings are (`_rows_of` reads `perms` on CPU)
             positions = [p.to(base.device) for p in perms] if frozen else []
         else:
             gens = seeding.generators(seeds)
-        gathered = [m for m in self.sensors if m not in frozen]
+        gathered = [m for m in self.sensors if m not in frozen and m not in skipped]
         bs = t.batch_size
 
         def batches() -> Iterator[Batch]:
@@ -291,7 +295,8 @@ class LockstepTrainer:
                     yield Batch(xb, y, present, weight[:k, s], emb)
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
-                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups),
+                             unread=unread)
         encoders = self._encoder_plan(helds, names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}

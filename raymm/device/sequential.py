@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
 from raymm import seeding
 from raymm.config.schema import ModelSpec, TrainingSpec
@@ -72,6 +73,35 @@ class SequentialTrainer:
         self._seeds: dict[tuple[int, str], dict[int, int]] = {}  # see prepare_round
         self._generators: dict[str, torch.Generator] = {}
         self.call = ModuleCall(self.model)  # runs the module with a device's parameters
+        self._widths: dict[str, int] = {}   # see `unread`
+
+    def unread(self, groups: tuple[str, ...], held: tuple[str, ...],
+               extras: dict[str, torch.Tensor]) -> dict[str, int]:
+        """sensor -> embedding width, for the sensors whose encoders a local update need not
+        run: the objective's loss reads nothing made from them (`Objective.sensors_read`) and
+        no trained group holds their encoder (a frozen branch in a chain's first phase)."""
+        read = self.objective.sensors_read(groups, held, extras)
+        if read is None or not self.model.takes_embeddings:
+            return {}
+        trained = {g.partition(":")[2] for g in groups if g.startswith("sensor:")}
+        return {m: self._width(m) for m in self.model.sensors
+                if m not in read and m not in trained}
+
+    def _width(self, sensor: str) -> int:
+        """The width of `sensor`'s embedding (its encoder run once on a zero sample)."""
+        if sensor not in self._widths:
+            encoders = self.model.encoders
+            assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them
+            encoder = encoders[sensor]
+            mode = encoder.training
+            encoder.eval()   # a normalisation layer must not count the zero sample
+            try:
+                with torch.no_grad():
+                    x = torch.zeros((1, *self.dataset.sensor_shape(sensor)), device=self.device)
+                    self._widths[sensor] = int(encoder(x).shape[-1])
+            finally:
+                encoder.train(mode)
+        return self._widths[sensor]
 
     def rows(self, sensor: str, idx: torch.Tensor) -> torch.Tensor:
         """The training inputs of `sensor` at rows `idx` (int64, on any device), on the
@@ -120,7 +150,8 @@ class SequentialTrainer:
         held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
         held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
         update = LocalUpdate(self.call, objective, self.training, use_adapter=use_adapter,
-                             held=held_names, extras=extras, round=rnd, groups=tuple(groups))
+                             held=held_names, extras=extras, round=rnd, groups=tuple(groups),
+                             unread=self.unread(tuple(groups), held_names, extras))
         batches = self._batches(device, rnd, xs, y, held_t, held_names)
         # a module's own randomness (a user's dropout) draws from torch's global generator:
         # seeded per (seed, round, device), so it does not depend on who trained before

@@ -377,6 +377,15 @@ class Objective(Policy, ABC):
         (a default `augment` lets the lock-step path draw every epoch's order at once)."""
         return xb, present
 
+    def sensors_read(self, groups: tuple[str, ...], held: tuple[str, ...],
+                     extras: Mapping[str, Tensor]) -> frozenset[str] | None:
+        """The sensors whose embeddings or per-sensor logits `loss` reads when a device
+        holding `held` trains `groups` with this round's `extras`; None (the default): it may
+        read any output. A trainer then leaves the other sensors' encoders out (they reach the
+        model as zero embeddings), so the outputs made from every sensor (`logits`, `z`) are
+        not the real ones: declare a set only where the loss reads neither."""
+        return None
+
     def device_tensors(self, state: dict[str, np.ndarray], extras: dict[str, np.ndarray],
                        layout: GroupLayout, groups: list[str]) -> dict[str, Tensor]:
         """Tensors handed to every loss call of the device as `LossInputs.local` (e.g.

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from policies.objective.mcft import MCFTParams, MCFTStage
+from policies.schedule.chain import PRECEDING
 from raymm.app.build import build_world, load_scenario
 from raymm.device.lockstep_host import LockstepHost
 from raymm.models.network import ModelOutput
@@ -143,3 +144,62 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
     assert models and models.keys() == cached.server.policies.aggregator.models.keys()
     for g in models:
         assert np.array_equal(cached.server.policies.aggregator.models[g], models[g]), g
+
+
+def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(monkeypatch
+                                                                                ) -> None:
+    """`MCFTStage.sensors_read`: a stage's loss reads its own branch and the held earlier ones,
+    so the later modalities' encoders do not run (zero embeddings reach the model). Sequential
+    and lock-step runs over all three phases give the very numbers of a run that runs every
+    encoder, and leave encoders out."""
+    from raymm.device.sequential import SequentialTrainer
+    from raymm.models import network
+
+    encoded: list[int] = []
+    embed = network.embed
+
+    def counting(encoders, sensors, inputs, given):  # noqa: ANN001, ANN202
+        encoded.append(sum(m not in (given or {}) for m in sensors))
+        return embed(encoders, sensors, inputs, given)
+    monkeypatch.setattr(network, "embed", counting)
+    unread: list[dict[str, int]] = []
+    own_unread = SequentialTrainer.unread
+
+    def spy(self, groups, held, extras):  # noqa: ANN001, ANN202
+        unread.append(own_unread(self, groups, held, extras))
+        return unread[-1]
+    monkeypatch.setattr(SequentialTrainer, "unread", spy)
+    for vectorise in (False, True):
+        encoded.clear()
+        unread.clear()
+        skip, skip_loss = _run(vectorise)
+        skipped_calls = sum(encoded)
+        # the first phase (dom) reads neither mid nor weak; the last reads every held one
+        assert any(u.keys() == {"mid", "weak"} for u in unread), unread
+        assert all(w == 16 for u in unread for w in u.values())   # the embedding width
+        encoded.clear()
+        monkeypatch.setattr(MCFTStage, "sensors_read", lambda self, groups, held, extras: None)
+        full, full_loss = _run(vectorise)
+        monkeypatch.undo()
+        monkeypatch.setattr(network, "embed", counting)
+        monkeypatch.setattr(SequentialTrainer, "unread", spy)
+        assert skipped_calls < sum(encoded), vectorise
+        assert skip_loss == full_loss, vectorise
+        for g in full.server.params:
+            assert np.array_equal(skip.server.params[g], full.server.params[g]), (vectorise, g)
+        models = full.server.policies.aggregator.models
+        assert models and models.keys() == skip.server.policies.aggregator.models.keys()
+        for g in models:
+            assert np.array_equal(skip.server.policies.aggregator.models[g], models[g]), g
+
+
+def test_stage_reads_its_branch_and_the_held_earlier_ones() -> None:
+    stage = MCFTStage(MCFTParams())
+    stage.chain = ("dom", "mid", "weak")
+    both = ("dom", "mid", "weak")
+    assert stage.sensors_read(("sensor:dom",), both, {}) == {"dom"}
+    assert stage.sensors_read(("sensor:mid",), both, {}) == {"dom", "mid"}
+    assert stage.sensors_read(("sensor:weak",), ("mid", "weak"), {}) == {"mid", "weak"}
+    assert stage.sensors_read(("sensor:dom", "sensor:mid"), both, {}) == {"dom", "mid"}
+    assert stage.sensors_read(("sensor:mid",), both, {PRECEDING: torch.ones(3)}) is None
+    assert stage.sensors_read(("shared",), both, {}) is None
