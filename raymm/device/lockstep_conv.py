@@ -24,7 +24,9 @@ output channels per device, 2 to 100 devices, 1-D (kernel 5, stride 2) and 2-D (
 per-device tensors is a plain mean meanwhile (torch's own restrides a channels-last result in
 place, which vmap does device by device).
 A program gathers a many-channel `[T, C]` minibatch device-interleaved for this call
-(`interleaved_rows`), so the call reads it without a copy.
+(`interleaved_rows`), so the call reads it without a copy. A wide call of a channel count off
+oneDNN's 8-channel blocking takes its weight gradient in blocks of devices, the same bits
+faster (`_WeightGradInBlocks`).
 `tests/unit/test_vectorised.py` checks group counts directly and packings of 1, 5 and all devices
 with convolutional encoders. A call without per-device tensors (outside vmap) is the plain one.
 """
@@ -112,13 +114,88 @@ def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: 
               .permute(0, 3, 1, 2))  # channels last too (`memory_format=` is refused under vmap)
     flat_b = bs.reshape(-1) if bs is not None else None
     # the plain kernel, not `F.conv2d`, which `blocked_convolutions` routes back here
-    out = _PLAIN[2](flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
+    plain = not any(_ft.is_functorch_wrapped_tensor(t) for t in (flat_x, flat_w, flat_b)
+                    if t is not None)   # not under a further transform (nested vmap)
+    if plain and channels % 8 and n * channels > WIDE_CALL_CHANNELS:
+        out = _WeightGradInBlocks.apply(flat_x, flat_w, flat_b, stride, padding, dilation,
+                                        groups, n)
+    else:
+        out = _PLAIN[2](flat_x, flat_w, flat_b, stride, padding, dilation, n * groups)
     # [B, n, O, H', W'] as a view: the device axis stays at dim 1, channels innermost
     out = out.reshape(batch, n, out_ch, *out.shape[2:])[:, :g]
     return (out.squeeze(3) if one_d else out), 1
 
 
 torch.library.register_vmap("raymm::device_conv", _blocked)
+
+#: a grouped call of more input channels than this (all devices together), a device's count
+#: not a multiple of 8, computes its weight gradient in blocks (`_WeightGradInBlocks`)
+WIDE_CALL_CHANNELS = 2048
+#: about how many input channels each of those blocks holds
+BLOCK_CHANNELS = 512
+
+
+def _device_blocks(devices: int, channels: int) -> list[tuple[int, int]]:
+    """[start, end) device ranges of about `BLOCK_CHANNELS` input channels each, none of fewer
+    than `MIN_GROUPS` devices (a short last block joins the one before)."""
+    per = max(MIN_GROUPS, BLOCK_CHANNELS // channels)
+    starts = list(range(0, devices, per))
+    if len(starts) > 1 and devices - starts[-1] < MIN_GROUPS:
+        starts.pop()
+    return list(zip(starts, [*starts[1:], devices]))
+
+
+class _WeightGradInBlocks(torch.autograd.Function):
+    """The grouped channels-last convolution of `_grouped`, whose weight (and bias) gradient is
+    computed in blocks of devices (`_device_blocks`). With a device's channel count off oneDNN's
+    8-channel blocking, its backward-weights kernel for one call of many groups is slow: 43
+    devices x 129 channels (FedMChain's spectrogram layer) 13-14 ms against 8.5-10 in blocks of
+    3-8 devices, 100 x 65 channels 18.5 against 11, on one thread (forward blocks, or
+    multiples of 8 such as 128 channels, were slower). Each group's numbers are the same bits
+    either way (the guarantee of the module docstring), and the input gradient is the one call
+    autograd would make."""
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
+                padding: list[int], dilation: list[int], groups: int, devices: int) -> Tensor:
+        return _PLAIN[2](x, weight, bias, stride, padding, dilation, devices * groups)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        x, weight, bias, *ctx.conf = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.bias_size = None if bias is None else [bias.shape[0]]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        stride, padding, dilation, groups, devices = ctx.conf
+        backward = torch.ops.aten.convolution_backward
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_x = None
+        if need_x:
+            grad_x = backward(grad, x, weight, ctx.bias_size, stride, padding, dilation, False,
+                              [0, 0], devices * groups, [True, False, False])[0]
+        grad_w: list[Tensor] = []
+        grad_b: list[Tensor] = []
+        if need_w or need_b:
+            cin, cout = x.shape[1] // devices, weight.shape[0] // devices
+            for s, e in _device_blocks(devices, cin):
+                block = backward(grad[:, s * cout:e * cout], x[:, s * cin:e * cin],
+                                 weight[s * cout:e * cout], [(e - s) * cout], stride, padding,
+                                 dilation, False, [0, 0], (e - s) * groups,
+                                 [False, need_w, need_b])
+                grad_w.append(block[1])
+                grad_b.append(block[2])
+        return (grad_x, torch.cat(grad_w) if need_w else None,
+                torch.cat(grad_b) if need_b else None, None, None, None, None, None)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[Any, ...], *args: Any) -> tuple[Tensor, None]:
+        """Applied to plain (unwrapped) tensors inside a vmap: no device axis to map."""
+        assert all(d is None for d in in_dims)
+        return _WeightGradInBlocks.apply(*args), None
 
 
 def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],

@@ -501,6 +501,44 @@ def test_a_blocked_convolution_gives_a_device_the_same_bits_whatever_the_device_
     torch.testing.assert_close(ref["output"], plain)
 
 
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_a_wide_convolutions_weight_gradient_in_blocks_of_devices_has_the_same_bits(
+        monkeypatch, input_grad):
+    """A grouped call of many devices whose channel count is off oneDNN's 8-channel blocking
+    (FedMChain's 129-bin spectrograms) computes its weight and bias gradients in blocks of a
+    few devices (`lockstep_conv._WeightGradInBlocks`): output, input, weight and bias
+    gradients are the bits of the single call, for a block that ends short of the block size
+    too."""
+    from torch.func import vmap
+
+    import raymm.device.lockstep_conv as lc
+
+    def grads(wide: int) -> tuple[torch.Tensor | None, ...]:
+        monkeypatch.setattr(lc, "WIDE_CALL_CHANNELS", wide)
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(7, 4, 33, 21, generator=gen).requires_grad_(input_grad)
+        w = (torch.randn(7, 6, 33, 5, generator=gen) / 8).requires_grad_()
+        b = torch.randn(7, 6, generator=gen).requires_grad_()
+        with lc.blocked_convolutions():
+            out = vmap(lambda xd, wd, bd: F.conv1d(xd, wd, bd, stride=2, padding=2))(x, w, b)
+        out.relu().backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape))
+        return out.detach(), x.grad, w.grad, b.grad
+
+    blocks = []
+    device_blocks = lc._device_blocks
+    monkeypatch.setattr(lc, "_device_blocks", lambda *a: blocks.append(device_blocks(*a))
+                        or blocks[-1])
+    monkeypatch.setattr(lc, "BLOCK_CHANNELS", 3 * 33)
+    one_call = grads(10**9)
+    assert not blocks
+    in_blocks = grads(33)
+    assert blocks == [[(0, 3), (3, 7)]]     # a last block of one device joins the one before
+    for name, a, b in zip(("output", "input grad", "weight grad", "bias grad"), one_call,
+                          in_blocks):
+        assert (a is None and b is None) if name == "input grad" and not input_grad \
+            else torch.equal(a, b), name
+
+
 def test_a_global_average_pool_of_per_device_tensors_is_their_mean_without_a_fallback():
     """Within a lock-step program a global average pool of per-device tensors (the channels-last
     results of blocked convolutions) is a plain mean: the plain pool's numbers, and no vmap
