@@ -46,10 +46,12 @@ without gradient -- unless every device of the chunk starts from the very same v
 then stays one shared tensor. An encoder no device of the program trains (a frozen branch) sees
 each sample once a round, not once an epoch: its embeddings are computed before the steps, in
 calls of the steps' own shapes, and each step takes its rows of them
-(`LockstepTrainer._frozen_embeddings`; the same bits). The objective's per-device hooks run
-as on the sequential path: `device_tensors(state, extras, layout, groups)` per device, stacked
-into `LossInputs.local` (one device's view inside the loss); `device_finish` per device after
-training with its start and end vectors (and its mean gradients when `needs_grad_mean`).
+(`LockstepTrainer._frozen_embeddings`; the same bits), and a device whose frozen weights have
+not changed since an earlier round reuses that round's (`raymm.device.frozen_cache`). The
+objective's per-device hooks run as on the sequential path: `device_tensors(state, extras,
+layout, groups)` per device, stacked into `LossInputs.local` (one device's view inside the
+loss); `device_finish` per device after training with its start and end vectors (and its mean
+gradients when `needs_grad_mean`).
 `Dataset.augment` runs per device on the real rows with the device's own `(seed, round, device,
 "data_augment")` stream.
 A bucket keeps its Python structure fixed; pure torch code is what vmap needs -- use `.detach()`
@@ -64,6 +66,7 @@ failure).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -75,6 +78,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from raymm import seeding
+from raymm.device.frozen_cache import FrozenEmbeddingCache
 from raymm.device.local_update import Batch, LocalUpdate, Params
 from raymm.device.lockstep_conv import blocked_convolutions, interleaved_rows, takes_interleaved
 from raymm.device.lockstep_encoders import SensorEncoders
@@ -160,6 +164,8 @@ class LockstepTrainer:
         self.interleaved = {m for m in self.sensors if isinstance(encoders, torch.nn.ModuleDict)
                             and m in encoders and base.train_x[m].is_contiguous()
                             and takes_interleaved(encoders[m], base.dataset.sensor_shape(m))}
+        #: frozen encoders' embeddings from earlier rounds (`_frozen_embeddings`)
+        self.frozen_cache = FrozenEmbeddingCache()
 
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:
@@ -438,12 +444,15 @@ class LockstepTrainer:
         per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
         samples in position order -- and a sample's embedding does not depend on the other
         samples of its call, so each is the one its steps would compute (the same bits: the
-        reference runs of FedMChain in lock-step check it)."""
+        reference runs of FedMChain in lock-step check it). A device whose encoder weights
+        equal those of an earlier round's pass takes that pass's embeddings
+        (`frozen_cache`); the others are computed in calls of their own."""
         if not sensors:
             return {}
         g, bs = len(reqs), self.base.training.batch_size
         order = torch.arange(steps * bs).expand(g, -1)
         rows = self._rows_of(reqs, order, steps)            # [G, steps, B], positions in order
+        own_steps = [sum(i < k for k in training) for i in range(g)]
         call, encoders = self.base.call, self.model.encoders
         assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
         out = {}
@@ -453,15 +462,39 @@ class LockstepTrainer:
 
             def encode(per: Params, x: Tensor, m: str = m, common: Params = common) -> Tensor:
                 return call.run({**common, **per}, encoders[m], x)
+            # devices whose embeddings an earlier round computed with these very weights
+            weights = [{**common, **{n: t[i] for n, t in own.items()}} for i in range(g)]
+            kept = [self.frozen_cache.get(r.device, m, weights[i], r.indices, bs)
+                    for i, r in enumerate(reqs)]
+            todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
+            pick = (None if len(todo) == g
+                    else torch.tensor(todo, dtype=torch.long, device=self.base.device))
             cache: Tensor | None = None
             with torch.no_grad():
                 for s, k in enumerate(training):
-                    x = self._inputs(rows[:k, s], helds[:k], held_t[:k], [m])[0][m]
-                    e = vmap(encode)({n: t[:k] for n, t in own.items()}, x)   # [k, B, E]
+                    if pick is None:
+                        x = self._inputs(rows[:k, s], helds[:k], held_t[:k], [m])[0][m]
+                        e = vmap(encode)({n: t[:k] for n, t in own.items()}, x)   # [k, B, E]
+                    else:   # the devices to compute that have a minibatch at step s
+                        sel = pick[:bisect.bisect_left(todo, k)]
+                        if not len(sel):
+                            break   # fewer devices at each later step
+                        x = self._inputs(rows[sel, s], helds[todo[:len(sel)]], held_t[sel],
+                                         [m])[0][m]
+                        e = vmap(encode)({n: t.index_select(0, sel) for n, t in own.items()}, x)
                     if cache is None:   # positions no step reads stay zero
                         cache = e.new_zeros((g, steps * bs, e.shape[2]))
-                    cache[:k, s * bs:(s + 1) * bs] = e
-            assert cache is not None   # a program has at least one step
+                    at: slice | Tensor = slice(None, k) if pick is None else sel
+                    cache[at, s * bs:(s + 1) * bs] = e
+                for i, e in enumerate(kept):
+                    if e is not None:
+                        if cache is None:
+                            cache = e.new_zeros((g, steps * bs, e.shape[1]))
+                        cache[i, :e.shape[0]] = e
+            assert cache is not None   # a program has at least one device
+            for i in todo:
+                self.frozen_cache.put(reqs[i].device, m, weights[i], reqs[i].indices, bs,
+                                      cache[i, :own_steps[i] * bs])
             out[m] = cache
         return out
 

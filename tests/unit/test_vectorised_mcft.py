@@ -146,6 +146,67 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
         assert np.array_equal(cached.server.policies.aggregator.models[g], models[g]), g
 
 
+def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeypatch) -> None:
+    """`raymm.device.frozen_cache`: a device whose frozen encoder has the weights of an earlier
+    round's pass takes that pass's embeddings, and programs that mix such devices with others
+    compute only the others; every number of the run is the one a fresh pass gives."""
+    from raymm.device.frozen_cache import FrozenEmbeddingCache
+    from raymm.device.lockstep import LockstepTrainer
+
+    series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
+    programs: list[list[bool]] = []
+    get, frozen = FrozenEmbeddingCache.get, LockstepTrainer._frozen_embeddings
+
+    def spy_get(self, *a):  # noqa: ANN001, ANN002, ANN202
+        found = get(self, *a)
+        programs[-1].append(found is not None)
+        return found
+
+    def spy_frozen(self, *a):  # noqa: ANN001, ANN002, ANN202
+        programs.append([])
+        return frozen(self, *a)
+    monkeypatch.setattr(FrozenEmbeddingCache, "get", spy_get)
+    monkeypatch.setattr(LockstepTrainer, "_frozen_embeddings", spy_frozen)
+    kept, kept_loss = _run(True, "rounds=9", *series)
+    assert any(all(p) for p in programs if p)           # every device's embeddings kept
+    assert any(any(p) and not all(p) for p in programs)  # some kept, some computed
+    monkeypatch.setattr(FrozenEmbeddingCache, "get", lambda self, *a: None)
+    fresh, fresh_loss = _run(True, "rounds=9", *series)
+    assert kept_loss == fresh_loss
+    for g in fresh.server.params:
+        assert np.array_equal(kept.server.params[g], fresh.server.params[g]), g
+
+
+def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_computed_with():
+    """The cache checks what it returns: other weights, other samples or another batch size
+    find nothing, and the least recently used entries leave when it is full."""
+    import torch
+
+    from raymm.device.frozen_cache import FrozenEmbeddingCache
+
+    w = {"conv.weight": torch.arange(6.0).view(2, 3)}
+    idx, emb = np.arange(4), torch.ones(8, 2)
+    cache = FrozenEmbeddingCache(max_bytes=2 * (w["conv.weight"].nbytes + idx.nbytes
+                                                + emb.nbytes))
+    cache.put(1, "audio", w, idx, 4, emb)
+    w["conv.weight"][0, 0] = 7.0            # the caller's buffer moves on: the copy stays
+    assert cache.get(1, "audio", w, idx, 4) is None
+    w["conv.weight"][0, 0] = 0.0
+    assert torch.equal(cache.get(1, "audio", w, idx, 4), emb)
+    nudged = {"conv.weight": w["conv.weight"].clone()}
+    nudged["conv.weight"][1, 2] = torch.nextafter(torch.tensor(5.0), torch.tensor(6.0))
+    assert cache.get(1, "audio", nudged, idx, 4) is None
+    assert cache.get(1, "audio", w, idx + 1, 4) is None
+    assert cache.get(1, "audio", w, idx, 8) is None
+    assert cache.get(1, "visual", w, idx, 4) is None and cache.get(2, "audio", w, idx, 4) is None
+    cache.put(2, "audio", w, idx, 4, emb)
+    cache.get(1, "audio", w, idx, 4)        # device 1 used last: device 2 leaves first
+    cache.put(3, "audio", w, idx, 4, emb)
+    assert cache.get(2, "audio", w, idx, 4) is None
+    assert cache.get(1, "audio", w, idx, 4) is not None
+    assert cache.get(3, "audio", w, idx, 4) is not None
+
+
 def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(monkeypatch
                                                                                 ) -> None:
     """`MCFTStage.sensors_read`: a stage's loss reads its own branch and the held earlier ones,
