@@ -42,11 +42,12 @@ def _agree(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
     assert (diff > tol).mean() <= OUTLIERS, (what, int((diff > tol).sum()), diff.size)
 
 
-def _run(vectorise: bool, *overrides: str) -> tuple[SerialExecutor, list[float]]:
+def _run(vectorise: bool, *overrides: str, per_host: int = 5
+         ) -> tuple[SerialExecutor, list[float]]:
     sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=2", "eval.every=3",
                                   f"training.vectorise={str(vectorise).lower()}", *overrides])
     world = build_world(sc)
-    ex = SerialExecutor(devices_per_host=5)
+    ex = SerialExecutor(devices_per_host=per_host)
     ex.start(world)
     losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
     return ex, losses
@@ -149,7 +150,8 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
 def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeypatch) -> None:
     """`raymm.device.frozen_cache`: a device whose frozen encoder has the weights of an earlier
     round's pass takes that pass's embeddings, and programs that mix such devices with others
-    compute only the others; every number of the run is the one a fresh pass gives."""
+    compute only the others; every number of the run is the one a fresh pass gives, and the
+    one of another packing (one host per device, whose caches hold one device each)."""
     from raymm.device.frozen_cache import FrozenEmbeddingCache
     from raymm.device.lockstep import LockstepTrainer
 
@@ -175,6 +177,11 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
     assert kept_loss == fresh_loss
     for g in fresh.server.params:
         assert np.array_equal(kept.server.params[g], fresh.server.params[g]), g
+    monkeypatch.setattr(FrozenEmbeddingCache, "get", spy_get)
+    alone, alone_loss = _run(True, "rounds=9", *series, per_host=1)
+    assert alone_loss == kept_loss
+    for g in fresh.server.params:
+        assert np.array_equal(alone.server.params[g], kept.server.params[g]), g
 
 
 def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_computed_with():
