@@ -61,6 +61,8 @@ RUNS: dict[str, tuple[str, list[str], bool]] = {
                               [*SHORT, "execution.executor=ray", LOCKSTEP[0]], True),
     "fedmchain_lockstep_serial": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
                                   [*SHORT, "execution.executor=serial", LOCKSTEP[0]], True),
+    "fedmchain_lockstep_ray": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
+                               [*SHORT, "execution.executor=ray", LOCKSTEP[0]], True),
 }
 
 
