@@ -463,9 +463,9 @@ class LockstepTrainer:
             def encode(per: Params, x: Tensor, m: str = m, common: Params = common) -> Tensor:
                 return call.run({**common, **per}, encoders[m], x)
             # devices whose embeddings an earlier round computed with these very weights
-            weights = [{**common, **{n: t[i] for n, t in own.items()}} for i in range(g)]
-            kept = [self.frozen_cache.get(r.device, m, weights[i], r.indices, bs)
-                    for i, r in enumerate(reqs)]
+            own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
+            kept = self.frozen_cache.lookup(m, [r.device for r in reqs], common, own_rows,
+                                            [r.indices for r in reqs], bs)
             todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
             pick = (None if len(todo) == g
                     else torch.tensor(todo, dtype=torch.long, device=self.base.device))
@@ -492,9 +492,9 @@ class LockstepTrainer:
                             cache = e.new_zeros((g, steps * bs, e.shape[1]))
                         cache[i, :e.shape[0]] = e
             assert cache is not None   # a program has at least one device
-            for i in todo:
-                self.frozen_cache.put(reqs[i].device, m, weights[i], reqs[i].indices, bs,
-                                      cache[i, :own_steps[i] * bs])
+            self.frozen_cache.store(m, [reqs[i].device for i in todo],
+                                    [own_rows[i] for i in todo], [reqs[i].indices for i in todo],
+                                    bs, [cache[i, :own_steps[i] * bs] for i in todo])
             out[m] = cache
         return out
 

@@ -157,27 +157,28 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
 
     series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
     programs: list[list[bool]] = []
-    get, frozen = FrozenEmbeddingCache.get, LockstepTrainer._frozen_embeddings
+    lookup, frozen = FrozenEmbeddingCache.lookup, LockstepTrainer._frozen_embeddings
 
-    def spy_get(self, *a):  # noqa: ANN001, ANN002, ANN202
-        found = get(self, *a)
-        programs[-1].append(found is not None)
+    def spy_lookup(self, *a):  # noqa: ANN001, ANN002, ANN202
+        found = lookup(self, *a)
+        programs[-1].extend(e is not None for e in found)
         return found
 
     def spy_frozen(self, *a):  # noqa: ANN001, ANN002, ANN202
         programs.append([])
         return frozen(self, *a)
-    monkeypatch.setattr(FrozenEmbeddingCache, "get", spy_get)
+    monkeypatch.setattr(FrozenEmbeddingCache, "lookup", spy_lookup)
     monkeypatch.setattr(LockstepTrainer, "_frozen_embeddings", spy_frozen)
     kept, kept_loss = _run(True, "rounds=9", *series)
     assert any(all(p) for p in programs if p)           # every device's embeddings kept
     assert any(any(p) and not all(p) for p in programs)  # some kept, some computed
-    monkeypatch.setattr(FrozenEmbeddingCache, "get", lambda self, *a: None)
+    monkeypatch.setattr(FrozenEmbeddingCache, "lookup",
+                        lambda self, sensor, devices, *a: [None] * len(devices))
     fresh, fresh_loss = _run(True, "rounds=9", *series)
     assert kept_loss == fresh_loss
     for g in fresh.server.params:
         assert np.array_equal(kept.server.params[g], fresh.server.params[g]), g
-    monkeypatch.setattr(FrozenEmbeddingCache, "get", spy_get)
+    monkeypatch.setattr(FrozenEmbeddingCache, "lookup", spy_lookup)
     alone, alone_loss = _run(True, "rounds=9", *series, per_host=1)
     assert alone_loss == kept_loss
     for g in fresh.server.params:
@@ -185,33 +186,47 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
 
 
 def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_computed_with():
-    """The cache checks what it returns: other weights, other samples or another batch size
-    find nothing, and the least recently used entries leave when it is full."""
+    """The cache checks what it returns: other shared or own weights, other samples or another
+    batch size find nothing; it keeps its own copies; the least recently used entries leave
+    when it is full; an encoder too big to copy and compare cheaply is not kept at all."""
     import torch
 
     from raymm.device.frozen_cache import FrozenEmbeddingCache
 
-    w = {"conv.weight": torch.arange(6.0).view(2, 3)}
+    shared = {"conv.weight": torch.arange(6.0).view(2, 3)}
+    own = {"conv.bias": torch.ones(2)}
     idx, emb = np.arange(4), torch.ones(8, 2)
-    cache = FrozenEmbeddingCache(max_bytes=2 * (w["conv.weight"].nbytes + idx.nbytes
-                                                + emb.nbytes))
-    cache.put(1, "audio", w, idx, 4, emb)
-    w["conv.weight"][0, 0] = 7.0            # the caller's buffer moves on: the copy stays
-    assert cache.get(1, "audio", w, idx, 4) is None
-    w["conv.weight"][0, 0] = 0.0
-    assert torch.equal(cache.get(1, "audio", w, idx, 4), emb)
-    nudged = {"conv.weight": w["conv.weight"].clone()}
+    entry = own["conv.bias"].nbytes + idx.nbytes + emb.nbytes
+    cache = FrozenEmbeddingCache(max_bytes=max(8 * 32, shared["conv.weight"].nbytes + 2 * entry))
+
+    def look(device: int = 1, sensor: str = "audio", s: dict = shared, o: dict = own,
+             i: np.ndarray = idx, bs: int = 4) -> torch.Tensor | None:
+        return cache.lookup(sensor, [device], s, [o], [i], bs)[0]
+
+    assert look() is None
+    cache.store("audio", [1], [own], [idx], 4, [emb])
+    own["conv.bias"][0] = 7.0               # the caller's buffer moves on: the copy stays
+    assert look() is None
+    own["conv.bias"][0] = 1.0
+    assert torch.equal(look(), emb)
+    nudged = {"conv.weight": shared["conv.weight"].clone()}
     nudged["conv.weight"][1, 2] = torch.nextafter(torch.tensor(5.0), torch.tensor(6.0))
-    assert cache.get(1, "audio", nudged, idx, 4) is None
-    assert cache.get(1, "audio", w, idx + 1, 4) is None
-    assert cache.get(1, "audio", w, idx, 8) is None
-    assert cache.get(1, "visual", w, idx, 4) is None and cache.get(2, "audio", w, idx, 4) is None
-    cache.put(2, "audio", w, idx, 4, emb)
-    cache.get(1, "audio", w, idx, 4)        # device 1 used last: device 2 leaves first
-    cache.put(3, "audio", w, idx, 4, emb)
-    assert cache.get(2, "audio", w, idx, 4) is None
-    assert cache.get(1, "audio", w, idx, 4) is not None
-    assert cache.get(3, "audio", w, idx, 4) is not None
+    assert look(s=nudged) is None           # another version of the shared weights ...
+    assert look() is None                   # ... makes the entries of the old one stale
+    cache.store("audio", [1], [own], [idx], 4, [emb])
+    assert look(i=idx + 1) is None and look(bs=8) is None
+    assert look(sensor="visual") is None and look(device=2) is None
+    cache.lookup("audio", [1, 2], shared, [own, own], [idx, idx], 4)
+    cache.store("audio", [2], [own], [idx], 4, [emb])
+    look()                                  # device 1 used last: device 2 leaves first
+    cache.lookup("audio", [3], shared, [own], [idx], 4)
+    cache.store("audio", [3], [own], [idx], 4, [emb])
+    assert look(device=2) is None
+    assert look() is not None and look(device=3) is not None
+    big = FrozenEmbeddingCache(max_bytes=8 * (shared["conv.weight"].nbytes + 8) - 1)
+    assert big.lookup("audio", [1], shared, [own], [idx], 4) == [None]
+    big.store("audio", [1], [own], [idx], 4, [emb])
+    assert big.lookup("audio", [1], shared, [own], [idx], 4) == [None] and big.hits == 0
 
 
 def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(monkeypatch
