@@ -5,7 +5,9 @@ on end (FedMChain's vision phase keeps the audio encoder fixed for half the run)
 program computes each frozen encoder's embeddings once a round (`LockstepTrainer.
 _frozen_embeddings`); a device seen in an earlier round with the very same weights, samples and
 batch size would get the same numbers again, so they are kept here and checked, not trusted: an
-entry is used only when every weight of the encoder equals the stored copy bit for bit.
+entry is used only when every weight of the encoder equals the stored copy bit for bit, and the
+device's sample indices, whether it holds the sensor and the batch size are those it was
+computed with.
 
 Weights every device of a program shares (the broadcast) are stored and compared once per
 sensor, a device's own weights once per device. An encoder whose weights take more than an
@@ -44,6 +46,7 @@ class _Entry:
     shared_version: int         # which copy of the shared weights it was computed with
     own: Weights
     indices: np.ndarray
+    held: bool                  # whether the device holds the sensor (zeros as input if not)
     batch_size: int
     embeddings: Tensor          # [own steps x batch size, E], by local position
 
@@ -74,11 +77,11 @@ class FrozenEmbeddingCache:
         return _nbytes(shared) + _nbytes(own) <= self.max_bytes // 8
 
     def lookup(self, sensor: str, devices: Sequence[int], shared: Weights,
-               own: Sequence[Weights], indices: Sequence[np.ndarray], batch_size: int
-               ) -> list[Tensor | None]:
+               own: Sequence[Weights], indices: Sequence[np.ndarray], held: Sequence[bool],
+               batch_size: int) -> list[Tensor | None]:
         """Per device, its stored embeddings, or None where there are none for exactly these
-        weights (`shared`, the same for every device, and the device's `own`), samples and
-        batch size."""
+        weights (`shared`, the same for every device, and the device's `own`), samples,
+        holding of the sensor and batch size."""
         if not devices or not self._caches(shared, own[0]):
             self._looked_up[sensor] = None
             self.misses += len(devices)
@@ -91,11 +94,11 @@ class FrozenEmbeddingCache:
             self._bytes += _nbytes(shared) - old
         version = self._looked_up[sensor] = self._shared[sensor][0]
         out: list[Tensor | None] = []
-        for device, weights, idx in zip(devices, own, indices):
+        for device, weights, idx, holds in zip(devices, own, indices, held):
             entry = self._entries.get((device, sensor))
             valid = (entry is not None and entry.shared_version == version
-                     and entry.batch_size == batch_size and np.array_equal(entry.indices, idx)
-                     and _equal(entry.own, weights))
+                     and entry.batch_size == batch_size and entry.held == bool(holds)
+                     and np.array_equal(entry.indices, idx) and _equal(entry.own, weights))
             if valid:
                 assert entry is not None
                 self._entries.move_to_end((device, sensor))
@@ -108,16 +111,16 @@ class FrozenEmbeddingCache:
         return out
 
     def store(self, sensor: str, devices: Sequence[int], own: Sequence[Weights],
-              indices: Sequence[np.ndarray], batch_size: int, embeddings: Sequence[Tensor]
-              ) -> None:
+              indices: Sequence[np.ndarray], held: Sequence[bool], batch_size: int,
+              embeddings: Sequence[Tensor]) -> None:
         """Keep copies (the caller's tensors may be views of buffers it reuses) of what the
         devices computed with the shared weights of the last `lookup` for `sensor`."""
         version = self._looked_up.get(sensor)
         if version is None:     # the last lookup did not cache
             return
-        for device, weights, idx, emb in zip(devices, own, indices, embeddings):
+        for device, weights, idx, holds, emb in zip(devices, own, indices, held, embeddings):
             entry = _Entry(version, {n: t.clone() for n, t in weights.items()}, idx.copy(),
-                           batch_size, emb.clone())
+                           bool(holds), batch_size, emb.clone())
             old = self._entries.pop((device, sensor), None)
             self._bytes += entry.nbytes - (old.nbytes if old is not None else 0)
             self._entries[(device, sensor)] = entry

@@ -464,8 +464,9 @@ class LockstepTrainer:
                 return call.run({**common, **per}, encoders[m], x)
             # devices whose embeddings an earlier round computed with these very weights
             own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
+            holds = helds[:, self.sensors.index(m)].tolist()
             kept = self.frozen_cache.lookup(m, [r.device for r in reqs], common, own_rows,
-                                            [r.indices for r in reqs], bs)
+                                            [r.indices for r in reqs], holds, bs)
             todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
             pick = (None if len(todo) == g
                     else torch.tensor(todo, dtype=torch.long, device=self.base.device))
@@ -494,7 +495,8 @@ class LockstepTrainer:
             assert cache is not None   # a program has at least one device
             self.frozen_cache.store(m, [reqs[i].device for i in todo],
                                     [own_rows[i] for i in todo], [reqs[i].indices for i in todo],
-                                    bs, [cache[i, :own_steps[i] * bs] for i in todo])
+                                    [holds[i] for i in todo], bs,
+                                    [cache[i, :own_steps[i] * bs] for i in todo])
             out[m] = cache
         return out
 

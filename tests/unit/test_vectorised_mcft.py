@@ -186,9 +186,10 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
 
 
 def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_computed_with():
-    """The cache checks what it returns: other shared or own weights, other samples or another
-    batch size find nothing; it keeps its own copies; the least recently used entries leave
-    when it is full; an encoder too big to copy and compare cheaply is not kept at all."""
+    """The cache checks what it returns: other shared or own weights, other samples, a sensor
+    the device no longer holds or another batch size find nothing; it keeps its own copies;
+    the least recently used entries leave when it is full; an encoder too big to copy and
+    compare cheaply is not kept at all."""
     import torch
 
     from raymm.device.frozen_cache import FrozenEmbeddingCache
@@ -200,11 +201,11 @@ def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_comp
     cache = FrozenEmbeddingCache(max_bytes=max(8 * 32, shared["conv.weight"].nbytes + 2 * entry))
 
     def look(device: int = 1, sensor: str = "audio", s: dict = shared, o: dict = own,
-             i: np.ndarray = idx, bs: int = 4) -> torch.Tensor | None:
-        return cache.lookup(sensor, [device], s, [o], [i], bs)[0]
+             i: np.ndarray = idx, held: bool = True, bs: int = 4) -> torch.Tensor | None:
+        return cache.lookup(sensor, [device], s, [o], [i], [held], bs)[0]
 
     assert look() is None
-    cache.store("audio", [1], [own], [idx], 4, [emb])
+    cache.store("audio", [1], [own], [idx], [True], 4, [emb])
     own["conv.bias"][0] = 7.0               # the caller's buffer moves on: the copy stays
     assert look() is None
     own["conv.bias"][0] = 1.0
@@ -213,20 +214,21 @@ def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_comp
     nudged["conv.weight"][1, 2] = torch.nextafter(torch.tensor(5.0), torch.tensor(6.0))
     assert look(s=nudged) is None           # another version of the shared weights ...
     assert look() is None                   # ... makes the entries of the old one stale
-    cache.store("audio", [1], [own], [idx], 4, [emb])
-    assert look(i=idx + 1) is None and look(bs=8) is None
+    cache.store("audio", [1], [own], [idx], [True], 4, [emb])
+    assert look(i=idx + 1) is None and look(bs=8) is None and look(held=False) is None
     assert look(sensor="visual") is None and look(device=2) is None
-    cache.lookup("audio", [1, 2], shared, [own, own], [idx, idx], 4)
-    cache.store("audio", [2], [own], [idx], 4, [emb])
+    cache.lookup("audio", [1, 2], shared, [own, own], [idx, idx], [True, True], 4)
+    cache.store("audio", [2], [own], [idx], [True], 4, [emb])
     look()                                  # device 1 used last: device 2 leaves first
-    cache.lookup("audio", [3], shared, [own], [idx], 4)
-    cache.store("audio", [3], [own], [idx], 4, [emb])
+    cache.lookup("audio", [3], shared, [own], [idx], [True], 4)
+    cache.store("audio", [3], [own], [idx], [True], 4, [emb])
     assert look(device=2) is None
     assert look() is not None and look(device=3) is not None
     big = FrozenEmbeddingCache(max_bytes=8 * (shared["conv.weight"].nbytes + 8) - 1)
-    assert big.lookup("audio", [1], shared, [own], [idx], 4) == [None]
-    big.store("audio", [1], [own], [idx], 4, [emb])
-    assert big.lookup("audio", [1], shared, [own], [idx], 4) == [None] and big.hits == 0
+    assert big.lookup("audio", [1], shared, [own], [idx], [True], 4) == [None]
+    big.store("audio", [1], [own], [idx], [True], 4, [emb])
+    assert big.lookup("audio", [1], shared, [own], [idx], [True], 4) == [None]
+    assert big.hits == 0
 
 
 def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(monkeypatch
