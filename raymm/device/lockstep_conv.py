@@ -116,7 +116,9 @@ def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: 
     # the plain kernel, not `F.conv2d`, which `blocked_convolutions` routes back here
     plain = not any(_ft.is_functorch_wrapped_tensor(t) for t in (flat_x, flat_w, flat_b)
                     if t is not None)   # not under a further transform (nested vmap)
-    if plain and channels % 8 and n * channels > WIDE_CALL_CHANNELS:
+    # oneDNN's slow case, measured on CPUs only (a GPU's kernels are cuDNN's)
+    if plain and flat_x.device.type == "cpu" and channels % 8 and \
+            n * channels > WIDE_CALL_CHANNELS:
         out = _WeightGradInBlocks.apply(flat_x, flat_w, flat_b, stride, padding, dilation,
                                         groups, n)
     else:
