@@ -281,7 +281,7 @@ class LockstepTrainer:
         def batches() -> Iterator[Batch]:
             # inside the program's convolution context, as the steps' own encoders run
             cached = self._frozen_embeddings(frozen, reqs, helds, held_t, shared, dev_frozen,
-                                             training, steps)
+                                             training, own_steps)
             for epoch in range(t.local_epochs):
                 # [G, steps, B] rows of the split
                 rows = all_rows[epoch] if not gens else \
@@ -438,7 +438,7 @@ class LockstepTrainer:
 
     def _frozen_embeddings(self, sensors: list[str], reqs: list[Request], helds: np.ndarray,
                            held_t: Tensor, shared: Params, frozen: Params,
-                           training: list[int], steps: int) -> dict[str, Tensor]:
+                           training: list[int], own_steps: np.ndarray) -> dict[str, Tensor]:
         """sensor -> [G, steps x B, E]: every device's embedding of each of its samples (by
         local position) under its frozen encoder, computed once for the round instead of once
         per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
@@ -449,10 +449,9 @@ class LockstepTrainer:
         (`frozen_cache`); the others are computed in calls of their own."""
         if not sensors:
             return {}
-        g, bs = len(reqs), self.base.training.batch_size
+        g, bs, steps = len(reqs), self.base.training.batch_size, len(training)
         order = torch.arange(steps * bs).expand(g, -1)
         rows = self._rows_of(reqs, order, steps)            # [G, steps, B], positions in order
-        own_steps = [sum(i < k for k in training) for i in range(g)]
         call, encoders = self.base.call, self.model.encoders
         assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
         out = {}
@@ -468,24 +467,20 @@ class LockstepTrainer:
             kept = self.frozen_cache.lookup(m, [r.device for r in reqs], common, own_rows,
                                             [r.indices for r in reqs], holds, bs)
             todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
-            pick = (None if len(todo) == g
-                    else torch.tensor(todo, dtype=torch.long, device=self.base.device))
+            pick = torch.tensor(todo, dtype=torch.long, device=self.base.device)
             cache: Tensor | None = None
             with torch.no_grad():
                 for s, k in enumerate(training):
-                    if pick is None:
-                        x = self._inputs(rows[:k, s], helds[:k], held_t[:k], [m])[0][m]
-                        e = vmap(encode)({n: t[:k] for n, t in own.items()}, x)   # [k, B, E]
-                    else:   # the devices to compute that have a minibatch at step s
-                        sel = pick[:bisect.bisect_left(todo, k)]
-                        if not len(sel):
-                            break   # fewer devices at each later step
-                        x = self._inputs(rows[sel, s], helds[todo[:len(sel)]], held_t[sel],
-                                         [m])[0][m]
-                        e = vmap(encode)({n: t.index_select(0, sel) for n, t in own.items()}, x)
+                    # the devices to compute that have a minibatch at step s (the first k
+                    # devices have one); all of them: views of the stacks, not copies
+                    left = bisect.bisect_left(todo, k)
+                    if not left:
+                        break   # fewer devices at each later step
+                    at: slice | Tensor = slice(None, k) if left == k else pick[:left]
+                    x = self._inputs(rows[at, s], helds[todo[:left]], held_t[at], [m])[0][m]
+                    e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
                     if cache is None:   # positions no step reads stay zero
                         cache = e.new_zeros((g, steps * bs, e.shape[2]))
-                    at: slice | Tensor = slice(None, k) if pick is None else sel
                     cache[at, s * bs:(s + 1) * bs] = e
                 for i, e in enumerate(kept):
                     if e is not None:

@@ -164,9 +164,8 @@ class _WeightGradInBlocks(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        x, weight, bias, *ctx.conf = inputs
+        x, weight, _, *ctx.conf = inputs
         ctx.save_for_backward(x, weight)
-        ctx.bias_size = None if bias is None else [bias.shape[0]]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -177,8 +176,8 @@ class _WeightGradInBlocks(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         grad_x = None
         if need_x:
-            grad_x = backward(grad, x, weight, ctx.bias_size, stride, padding, dilation, False,
-                              [0, 0], devices * groups, [True, False, False])[0]
+            grad_x = backward(grad, x, weight, None, stride, padding, dilation, False, [0, 0],
+                              devices * groups, [True, False, False])[0]
         grad_w: list[Tensor] = []
         grad_b: list[Tensor] = []
         if need_w or need_b:
