@@ -151,7 +151,8 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
     """`raymm.device.frozen_cache`: a device whose frozen encoder has the weights of an earlier
     round's pass takes that pass's embeddings, and programs that mix such devices with others
     compute only the others; every number of the run is the one a fresh pass gives, and the
-    one of another packing (one host per device, whose caches hold one device each)."""
+    one of other packings (one host per device, whose caches hold one device each; one host
+    of all devices, where the devices to compute are not the first of their steps)."""
     from raymm.device.frozen_cache import FrozenEmbeddingCache
     from raymm.device.lockstep import LockstepTrainer
 
@@ -183,6 +184,14 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
     assert alone_loss == kept_loss
     for g in fresh.server.params:
         assert np.array_equal(alone.server.params[g], kept.server.params[g]), g
+    # one host of every device: devices to compute come after kept ones in a program (not the
+    # first k of a step), so their rows and weights are picked by index
+    programs.clear()
+    together, together_loss = _run(True, "rounds=9", *series, per_host=100)
+    assert any(True in p and False in p[p.index(True):] for p in programs)
+    assert together_loss == kept_loss
+    for g in fresh.server.params:
+        assert np.array_equal(together.server.params[g], kept.server.params[g]), g
 
 
 def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_computed_with():
