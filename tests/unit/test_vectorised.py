@@ -277,6 +277,32 @@ def test_adapter_augmentation_and_device_extras_match_sequential():
         np.testing.assert_allclose(vec.states[dev].adapter, seq.states[dev].adapter, atol=TOL)
 
 
+class _CountsRows(_WithHooks):
+    """`_WithHooks`, also noting how many rows each augment call is given."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, ...]] = []
+
+    def augment(self, xb, present, held, sensors, gen):
+        self.rows.append((present.shape[0], *(x.shape[0] for x in xb.values())))
+        return super().augment(xb, present, held, sensors, gen)
+
+
+def test_augment_is_given_a_devices_real_rows_only():
+    """A lock-step program hands the hook each device's minibatch without the padding rows of
+    its short last batch, as the sequential path does: the same calls with the same row counts
+    (some devices here end an epoch with a short batch, the others do not)."""
+    seen = []
+    for path in (0, 1):
+        objective = _CountsRows()
+        trainers = host_round({"local_epochs": 2, "batch_size": 5, "upload": "held"},
+                              objective=objective, **{"model.adapter": True})
+        trainers[path].train(trainers[2], trainers[3])
+        seen.append(sorted(objective.rows))
+    assert seen[0] == seen[1]
+    assert any(r[0] < 5 for r in seen[0]) and any(r[0] == 5 for r in seen[0])
+
+
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
 def test_functional_optimizer_is_torch_optim(opt):
     from raymm.config.schema import TrainingSpec
