@@ -34,7 +34,7 @@ Weights = dict[str, Tensor]
 
 
 def _nbytes(weights: Weights) -> int:
-    return sum(t.numel() * t.element_size() for t in weights.values())
+    return sum(t.nbytes for t in weights.values())
 
 
 def _equal(a: Weights, b: Weights) -> bool:
@@ -52,8 +52,7 @@ class _Entry:
 
     @property
     def nbytes(self) -> int:
-        emb = self.embeddings.numel() * self.embeddings.element_size()
-        return _nbytes(self.own) + emb + self.indices.nbytes
+        return _nbytes(self.own) + self.embeddings.nbytes + self.indices.nbytes
 
 
 class FrozenEmbeddingCache:

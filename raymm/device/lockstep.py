@@ -468,7 +468,9 @@ class LockstepTrainer:
                                             [r.indices for r in reqs], holds, bs)
             todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
             pick = torch.tensor(todo, dtype=torch.long, device=self.base.device)
-            cache: Tensor | None = None
+            # (devices, positions, embeddings): the kept ones, then those computed step by step
+            parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
+                (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
             with torch.no_grad():
                 for s, k in enumerate(training):
                     # the devices to compute that have a minibatch at step s (the first k
@@ -479,15 +481,11 @@ class LockstepTrainer:
                     at: slice | Tensor = slice(None, k) if left == k else pick[:left]
                     x = self._inputs(rows[at, s], helds[todo[:left]], held_t[at], [m])[0][m]
                     e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
-                    if cache is None:   # positions no step reads stay zero
-                        cache = e.new_zeros((g, steps * bs, e.shape[2]))
-                    cache[at, s * bs:(s + 1) * bs] = e
-                for i, e in enumerate(kept):
-                    if e is not None:
-                        if cache is None:
-                            cache = e.new_zeros((g, steps * bs, e.shape[1]))
-                        cache[i, :e.shape[0]] = e
-            assert cache is not None   # a program has at least one device
+                    parts.append((at, slice(s * bs, (s + 1) * bs), e))
+            # positions no step reads stay zero (a program has at least one device)
+            cache = parts[0][2].new_zeros((g, steps * bs, parts[0][2].shape[-1]))
+            for at_rows, positions, e in parts:
+                cache[at_rows, positions] = e
             self.frozen_cache.store(m, [reqs[i].device for i in todo],
                                     [own_rows[i] for i in todo], [reqs[i].indices for i in todo],
                                     [holds[i] for i in todo], bs,

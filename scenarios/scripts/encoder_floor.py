@@ -40,24 +40,31 @@ from raymm.models.encoders import make_encoder
 SHAPE, EMBED, HIDDEN = (128, 3), 32, 64
 
 
+#: glibc's mallopt options (malloc.h) and the values `steady_heap` gives them
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+HEAP = {M_MMAP_THRESHOLD: 128 << 20, M_TRIM_THRESHOLD: 512 << 20, M_TOP_PAD: 64 << 20}
+
+
 def steady_heap() -> None:
-    """glibc only: large blocks from the heap, and the heap kept (mallopt's M_MMAP_THRESHOLD,
-    M_TRIM_THRESHOLD, M_TOP_PAD), as a long run's dynamic thresholds come to be."""
+    """glibc only: large blocks from the heap, and the heap kept, as a long run's dynamic
+    thresholds come to be."""
     name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(name) if name else None
     if libc is not None and hasattr(libc, "mallopt"):
-        for option, value in ((-3, 128 << 20), (-1, 512 << 20), (-2, 64 << 20)):
+        for option, value in HEAP.items():
             libc.mallopt(option, value)
 
 
-def conv_flops(devices: int, batch: int) -> float:
-    """Forward and backward FLOPs of the encoder's two convolutions for one step."""
-    total = 0.0
-    length, layers = SHAPE[0], [(SHAPE[1], 16, True), (16, 32, False)]
-    for cin, cout, first in layers:
-        length = (length + 2 * 2 - 5) // 2 + 1                 # padding 2, kernel 5, stride 2
-        macs = devices * batch * cout * length * cin * 5
-        total += 2 * macs * (2 if first else 3)  # forward, weight gradient (and input gradient)
+def conv_flops(encoder: torch.nn.Module, devices: int, batch: int) -> float:
+    """Forward and backward FLOPs of the encoder's 1-D convolutions for one step, read off its
+    layers: forward, the weights' gradient and, after the first layer, the input gradient."""
+    total, length = 0.0, SHAPE[0]
+    convs = [c for c in encoder.modules() if isinstance(c, torch.nn.Conv1d)]
+    for i, c in enumerate(convs):
+        (k,), (stride,), (pad,) = c.kernel_size, c.stride, c.padding
+        length = (length + 2 * pad - k) // stride + 1
+        macs = devices * batch * c.out_channels * length * c.in_channels * k
+        total += 2 * macs * (3 if i else 2)
     return total
 
 
@@ -117,7 +124,7 @@ def main() -> None:
     one = statistics.median(times[None])
     print(f"{g} devices x {b} samples: {one * 1e3:.2f} ms a step (median of {args.repeat}), "
           f"convolution kernels {conv_s * 1e3:.2f} ms at "
-          f"{conv_flops(g, b) / conv_s / 1e9:.1f} GFLOPS")
+          f"{conv_flops(encoder, g, b) / conv_s / 1e9:.1f} GFLOPS")
     for n in args.blocks:
         print(f"  in blocks of {n}: {statistics.median(times[n]) * 1e3:.2f} ms")
 

@@ -24,8 +24,8 @@ def test_the_convolution_flops_are_what_torch_counts_for_one_step():
         torch.autograd.grad(emb.sum(), list(encoder.parameters()))
     counts = counter.get_flop_counts()["Global"]
     conv = sum(n for op, n in counts.items() if "convolution" in str(op))
-    assert conv == s.conv_flops(1, 7)
-    assert s.conv_flops(3, 7) == 3 * conv
+    assert conv == s.conv_flops(encoder, 1, 7)
+    assert s.conv_flops(encoder, 3, 7) == 3 * conv
 
 
 def test_a_step_in_blocks_is_the_step_in_one_call_bit_for_bit():
