@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from raymm.models import GroupLayout, RaymmNet
+from raymm.models.masked import MaskedForward, evaluating
 from raymm.models.network import ModelOutput
 
 #: an objective's `eval_predict(out, held, extras) -> {name: predictions [n]}`
@@ -29,41 +30,34 @@ def evaluate_device(model: RaymmNet, layout: GroupLayout, vectors: dict[str, np.
     each extra predictor with held sensors) on one device.
 
     `xs` holds every sensor's real inputs for the device's test samples; a sensor outside the
-    evaluated subset is zeroed and masked, exactly as in training. `predict` (the objective's
-    `eval_predict`) sees the held-sensor output and the evaluation `extras`.
+    evaluated subset is zeroed and masked, exactly as in training (`MaskedForward`: each
+    sensor's encoder runs once on real inputs and once on zeros for all these passes).
+    `predict` (the objective's `eval_predict`) sees the held-sensor output and the evaluation
+    `extras`. Evaluating many devices, wrap the loop in `evaluating(model)`.
     """
     layout.load(model, vectors)
-    model.eval()
-    full = _forward(model, xs, held, use_adapter)
-    out = full.logits
-    correct = int((out.argmax(1) == y).sum())
-    loss = float(F.cross_entropy(out, y, reduction="sum"))
-    only = _only_correct(model, xs, y, np.ones(len(xs), bool), use_adapter)
-    more: dict[str, int] = {}
-    if predict is not None:
-        names = tuple(m for m, h in zip(xs, held) if h)
-        more = {k: int((p == y).sum()) for k, p in predict(full, names, extras or {}).items()}
-    model.train()
+    with evaluating(model):
+        passes = MaskedForward(model, xs)
+        full = passes(held, use_adapter)
+        out = full.logits
+        correct = int((out.argmax(1) == y).sum())
+        loss = float(F.cross_entropy(out, y, reduction="sum"))
+        only = _only_correct(passes, y, np.ones(len(xs), bool), use_adapter)
+        more: dict[str, int] = {}
+        if predict is not None:
+            names = tuple(m for m, h in zip(xs, held) if h)
+            more = {k: int((p == y).sum())
+                    for k, p in predict(full, names, extras or {}).items()}
     return correct, loss, only, more
 
 
-def _forward(model: RaymmNet, xs: dict[str, torch.Tensor], mask: np.ndarray,
-             use_adapter: bool) -> ModelOutput:
-    """The model on `xs` with the sensors outside `mask` zeroed and marked absent, exactly as
-    in training."""
-    n = int(next(iter(xs.values())).shape[0])
-    xb = {m: x if mask[j] else torch.zeros_like(x) for j, (m, x) in enumerate(xs.items())}
-    present = torch.from_numpy(mask.astype(np.float32)).expand(n, -1)
-    return model(xb, present, use_adapter=use_adapter)
-
-
-def _only_correct(model: RaymmNet, xs: dict[str, torch.Tensor], y: torch.Tensor,
-                  which: np.ndarray, use_adapter: bool) -> np.ndarray:
+def _only_correct(passes: MaskedForward, y: torch.Tensor, which: np.ndarray,
+                  use_adapter: bool) -> np.ndarray:
     """int64 [M]: correct predictions with only sensor j present, for each j in `which`; -1
     for the others (not evaluated)."""
-    eye = np.eye(len(xs), dtype=bool)
-    return np.array([int((_forward(model, xs, eye[j], use_adapter).logits.argmax(1) == y).sum())
-                     if which[j] else -1 for j in range(len(xs))], dtype=np.int64)
+    eye = np.eye(len(which), dtype=bool)
+    return np.array([int((passes(eye[j], use_adapter).logits.argmax(1) == y).sum())
+                     if which[j] else -1 for j in range(len(which))], dtype=np.int64)
 
 
 @torch.no_grad()
@@ -75,7 +69,6 @@ def unimodal_correct(model: RaymmNet, layout: GroupLayout, vectors: dict[str, np
     adaptive chain asks participants for (`raymm.protocol.messages.MODALITY_CORRECT`). One forward
     pass per reported sensor; the model is left in training mode."""
     layout.load(model, vectors)
-    model.eval()
-    out = _only_correct(model, xs, y, which, use_adapter=False)
-    model.train()
+    with evaluating(model):
+        out = _only_correct(MaskedForward(model, xs), y, which, use_adapter=False)
     return out.astype(np.int32)

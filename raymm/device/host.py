@@ -18,10 +18,11 @@ import torch
 
 from raymm.config.schema import FaultSpec, ModelSpec, PrivacySpec, TrainingSpec
 from raymm.data.base import Dataset
-from raymm.device.evaluation import evaluate_device, unimodal_correct
+from raymm.device.evaluation import ExtraPredictor, evaluate_device, unimodal_correct
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.models.layout import BUFFERS
+from raymm.models.masked import evaluating
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
 from raymm.protocol import combine, exchange, privacy
@@ -289,26 +290,15 @@ class DeviceHost:
 
     def evaluate_devices(self, payload: Broadcast) -> DeviceEval:
         """Every hosted device on its own test part, with the model it would use."""
-        tr, sensors = self.trainer, self.pop.sensors
+        tr = self.trainer
         use_adapter = bool(self.spec.objective.uses_adapter and LOCAL in tr.layout.slots)
         predict = self.spec.objective.eval_predict
         extras = {k: torch.from_numpy(v) for k, v in payload.extras.items()}
         # per device: (test samples, correct, summed loss, correct per sensor, extra correct)
         rows: list[tuple[int, int, float, np.ndarray, dict[str, int]]] = []
-        for dev in self.ids.tolist():
-            idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
-            held = self.pop.sensor_mask[dev]
-            state = self.state_of(dev)
-            vectors = self._eval_vectors(payload, dev, state)
-            if use_adapter:
-                vectors[LOCAL] = tr.adapter_start(state.adapter)
-            if idx.shape[0] == 0:
-                rows.append((0, 0, 0.0, np.zeros(len(sensors), np.int64), {}))
-                continue
-            xs = {m: tr.rows(m, idx) for m in sensors}
-            rows.append((idx.shape[0], *evaluate_device(tr.model, tr.layout, vectors, xs,
-                                                        tr.train_y[idx], held, use_adapter,
-                                                        predict, extras)))
+        with evaluating(tr.model):   # once for all devices, not a walk over the modules each
+            for dev in self.ids.tolist():
+                rows.append(self._evaluate_one(dev, payload, use_adapter, predict, extras))
         names = sorted({k for r in rows for k in r[4]})
         return DeviceEval(self.ids.copy(), np.array([r[0] for r in rows], np.int64),
                           np.array([r[1] for r in rows], np.int64),
@@ -316,6 +306,24 @@ class DeviceHost:
                           np.stack([r[3] for r in rows]).astype(np.int64),
                           {k: np.array([r[4].get(k, -1) for r in rows], np.int64)
                            for k in names})
+
+    def _evaluate_one(self, dev: int, payload: Broadcast, use_adapter: bool,
+                      predict: ExtraPredictor | None, extras: dict[str, torch.Tensor]
+                      ) -> tuple[int, int, float, np.ndarray, dict[str, int]]:
+        """Device `dev` on its own test part: (test samples, correct, summed loss, correct
+        per sensor, extra correct)."""
+        tr, sensors = self.trainer, self.pop.sensors
+        idx = torch.from_numpy(self.pop.test_indices_of(dev).astype(np.int64))
+        state = self.state_of(dev)
+        vectors = self._eval_vectors(payload, dev, state)
+        if use_adapter:
+            vectors[LOCAL] = tr.adapter_start(state.adapter)
+        if idx.shape[0] == 0:
+            return 0, 0, 0.0, np.zeros(len(sensors), np.int64), {}
+        xs = {m: tr.rows(m, idx) for m in sensors}
+        return (idx.shape[0], *evaluate_device(tr.model, tr.layout, vectors, xs, tr.train_y[idx],
+                                               self.pop.sensor_mask[dev], use_adapter, predict,
+                                               extras))
 
     # --- device state: kept per device, persisted as records (checkpoints, actor restarts) --
     def state_of(self, dev: int) -> DeviceState:

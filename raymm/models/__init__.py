@@ -1,6 +1,7 @@
 """Models: per-sensor encoders, fusion and heads (`network`, `encoders`), their flat parameter
 groups (`layout`), building the network every process starts from (`build`), its size before it
-is built (`size`), and the trained model a run saves and `raymm.load_model` reads (`saved`).
+is built (`size`), the trained model a run saves and `raymm.load_model` reads (`saved`), and the
+model under several sensor masks on the same inputs, as evaluation runs it (`masked`).
 
 May import: base, io, config, data.
 """

@@ -6,6 +6,7 @@ lacking those sensors would see it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,8 @@ import torch.nn.functional as F
 
 from raymm.data.base import Split
 from raymm.data.mapped import tensor_view
-from raymm.models import RaymmNet
+from raymm.models import ModelOutput, RaymmNet
+from raymm.models.masked import MaskedForward, evaluating
 
 
 @dataclass(frozen=True)
@@ -28,42 +30,49 @@ def subset_name(sensors: tuple[str, ...]) -> str:
     return "+".join(sensors)
 
 
-@torch.no_grad()
 def evaluate_subset(model: RaymmNet, split: Split, sensors: tuple[str, ...],
                     batch_size: int = 2048) -> EvalResult:
     """Accuracy and loss with only `sensors` present (the others zeroed)."""
-    model.eval()
-    all_sensors = model.sensors
-    present_row = torch.tensor([[m in sensors for m in all_sensors]], dtype=torch.float32)
-    n = len(split)
-    preds, loss_sum = [], 0.0
-    y = tensor_view(split.y)
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        xb = {m: tensor_view(split.x[m][start:stop]) if m in sensors
-              else torch.zeros((stop - start,) + tuple(split.x[m].shape[1:]))
-              for m in all_sensors}
-        out = model(xb, present_row.expand(stop - start, -1))
-        loss_sum += float(F.cross_entropy(out.logits, y[start:stop], reduction="sum"))
-        preds.append(out.logits.argmax(1))
-    model.train()
-    p = torch.cat(preds).numpy().astype(np.int64)
-    return EvalResult(float((p == split.y).mean()), loss_sum / max(n, 1), p)
+    return SubsetEvaluator(model, split, batch_size)(sensors)
 
 
 class SubsetEvaluator:
-    """`evaluate_subset` of one model on one split, each sensor subset run once (an evaluation
-    round asks for the same subsets under several names: a tier, a single sensor, all sensors
-    but one)."""
+    """`model` on one split under sensor subsets, each subset run once (an evaluation round
+    asks for the same subsets under several names: a tier, a single sensor, all sensors but
+    one), and each sensor's encoder once on its real inputs and once on zeros for all of them
+    (`MaskedForward`, per batch of `batch_size` samples). The model's parameters must not
+    change while it is in use."""
 
     def __init__(self, model: RaymmNet, split: Split, batch_size: int) -> None:
         self.model, self.split, self.batch_size = model, split, batch_size
         self._done: dict[tuple[str, ...], EvalResult] = {}
+        self._passes: dict[int, MaskedForward] = {}   # by the batch's first sample
+
+    @torch.no_grad()
+    def outputs(self, sensors: tuple[str, ...]) -> Iterator[tuple[int, int, ModelOutput]]:
+        """(start, stop, the model's output) of every batch, with only `sensors` present."""
+        mask = [m in sensors for m in self.model.sensors]
+        n = len(self.split)
+        with evaluating(self.model):
+            for start in range(0, n, self.batch_size):
+                stop = min(start + self.batch_size, n)
+                if start not in self._passes:
+                    self._passes[start] = MaskedForward(
+                        self.model, {m: tensor_view(self.split.x[m][start:stop])
+                                     for m in self.model.sensors})
+                yield start, stop, self._passes[start](mask)
 
     def __call__(self, sensors: tuple[str, ...]) -> EvalResult:
         if sensors not in self._done:
-            self._done[sensors] = evaluate_subset(self.model, self.split, sensors,
-                                                  self.batch_size)
+            y = tensor_view(self.split.y)
+            preds, loss_sum = [], 0.0
+            for start, stop, out in self.outputs(sensors):
+                loss_sum += float(F.cross_entropy(out.logits, y[start:stop], reduction="sum"))
+                preds.append(out.logits.argmax(1))
+            n = len(self.split)
+            p = torch.cat(preds).numpy().astype(np.int64)
+            self._done[sensors] = EvalResult(float((p == self.split.y).mean()),
+                                             loss_sum / max(n, 1), p)
         return self._done[sensors]
 
 

@@ -8,34 +8,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
-from raymm.data.base import Split
 from raymm.data.mapped import tensor_view
-from raymm.models import RaymmNet
 from raymm.server.evaluation import SubsetEvaluator
 from raymm.server.metrics import less_equipped, pooled_f1, worst_drop
 
 
-@torch.no_grad()
-def head_accuracies(model: RaymmNet, split: Split, batch_size: int) -> dict[str, float]:
-    """Accuracy of each sensor's own head H_m(E_m(x_m)) on the test split (empty if the model
-    has no per-sensor heads)."""
+def head_accuracies(ev: SubsetEvaluator) -> dict[str, float]:
+    """Accuracy of each sensor's own head H_m(E_m(x_m)) on the evaluator's split (empty if the
+    model has no per-sensor heads); the embeddings are those of the all-sensor subset."""
+    model, split = ev.model, ev.split
     if model.heads is None:
         return {}
-    n = len(split)
     correct = {m: 0 for m in model.sensors}
-    present = torch.ones(1, len(model.sensors))
-    model.eval()
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        xb = {m: tensor_view(split.x[m][start:stop]) for m in model.sensors}
-        out = model(xb, present.expand(stop - start, -1))
+    for start, stop, out in ev.outputs(model.sensors):
         y = tensor_view(split.y[start:stop])
         for m in model.sensors:
             correct[m] += int((out.sensor_logits[m].argmax(1) == y).sum())
-    model.train()
-    return {m: c / max(n, 1) for m, c in correct.items()}
+    return {m: c / max(len(split), 1) for m, c in correct.items()}
 
 
 def robustness_metrics(ev: SubsetEvaluator, sensors: tuple[str, ...],
@@ -53,6 +43,6 @@ def robustness_metrics(ev: SubsetEvaluator, sensors: tuple[str, ...],
     for m, acc in without.items():
         out[f"acc_drop/{m}"] = full_accuracy - acc
     out["worst_drop"], out["worst_drop_sensor"] = worst_drop(full_accuracy, without)
-    for m, acc in head_accuracies(ev.model, ev.split, ev.batch_size).items():
+    for m, acc in head_accuracies(ev).items():
         out[f"acc_head/{m}"] = acc
     return out
