@@ -36,17 +36,23 @@ def evaluate_subset(model: RaymmNet, split: Split, sensors: tuple[str, ...],
     return SubsetEvaluator(model, split, batch_size)(sensors)
 
 
+#: the most bytes of embeddings a `SubsetEvaluator` keeps between subsets (all batches' real
+#: and zero-input embeddings); a split needing more runs its encoders again for every subset
+KEEP_BYTES = 256 << 20
+
+
 class SubsetEvaluator:
     """`model` on one split under sensor subsets, each subset run once (an evaluation round
     asks for the same subsets under several names: a tier, a single sensor, all sensors but
     one), and each sensor's encoder once on its real inputs and once on zeros for all of them
-    (`MaskedForward`, per batch of `batch_size` samples). The model's parameters must not
-    change while it is in use."""
+    (`MaskedForward`, per batch of `batch_size` samples) when the split's embeddings fit in
+    `KEEP_BYTES`. The model's parameters must not change while it is in use."""
 
     def __init__(self, model: RaymmNet, split: Split, batch_size: int) -> None:
         self.model, self.split, self.batch_size = model, split, batch_size
         self._done: dict[tuple[str, ...], EvalResult] = {}
         self._passes: dict[int, MaskedForward] = {}   # by the batch's first sample
+        self._keep: bool | None = None                # None: not known before the first batch
 
     @torch.no_grad()
     def outputs(self, sensors: tuple[str, ...]) -> Iterator[tuple[int, int, ModelOutput]]:
@@ -56,11 +62,17 @@ class SubsetEvaluator:
         with evaluating(self.model):
             for start in range(0, n, self.batch_size):
                 stop = min(start + self.batch_size, n)
-                if start not in self._passes:
-                    self._passes[start] = MaskedForward(
-                        self.model, {m: tensor_view(self.split.x[m][start:stop])
-                                     for m in self.model.sensors})
-                yield start, stop, self._passes[start](mask)
+                passes = self._passes.get(start)
+                if passes is None:
+                    passes = MaskedForward(self.model, {m: tensor_view(self.split.x[m][start:stop])
+                                                        for m in self.model.sensors})
+                out = passes(mask)
+                if self._keep is None:   # real and zero-input embeddings of every batch
+                    per_sample = sum(e.nbytes for e in out.embeddings.values()) / (stop - start)
+                    self._keep = 2 * per_sample * n <= KEEP_BYTES
+                if self._keep:
+                    self._passes[start] = passes
+                yield start, stop, out
 
     def __call__(self, sensors: tuple[str, ...]) -> EvalResult:
         if sensors not in self._done:

@@ -16,7 +16,7 @@ from raymm.device.evaluation import evaluate_device
 from raymm.models import GroupLayout, MultimodalNet, RaymmNet
 from raymm.models.factory import WholeNet
 from raymm.models.masked import MaskedForward, evaluating
-from raymm.server.evaluation import SubsetEvaluator
+from raymm.server import evaluation
 from raymm.server.robustness import head_accuracies
 
 SHAPES = {"acc": (32, 3), "gyro": (32, 3), "mag": (6,)}
@@ -101,18 +101,23 @@ def test_evaluating_restores_training_mode_and_nests() -> None:
     assert not model.training   # a model in eval mode stays so
 
 
-def test_subset_evaluator_matches_whole_passes_batch_by_batch() -> None:
+@pytest.mark.parametrize("keep", [True, False])
+def test_subset_evaluator_matches_whole_passes_batch_by_batch(
+        keep: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not keep:   # embeddings over the budget: each subset runs the encoders again
+        monkeypatch.setattr(evaluation, "KEEP_BYTES", 0)
     model = _net(aux_heads=True)
     n, batch = 50, 16   # four batches, the last one short
     xs = _inputs(n, seed=3)
     y = np.random.default_rng(0).integers(0, 4, n)
     split = Split({m: x.numpy() for m, x in xs.items()}, y)
     runs = _count_encoder_runs(model)
-    ev = SubsetEvaluator(model, split, batch)
+    ev = evaluation.SubsetEvaluator(model, split, batch)
     subsets = [tuple(SHAPES), ("acc",), ("gyro", "mag"), ("acc", "mag")]
     results = {s: ev(s) for s in subsets}
     heads = head_accuracies(ev)
-    assert runs == {m: 2 * 4 for m in SHAPES}   # per batch: real inputs once, zeros once
+    # per batch: real inputs once, zeros once; without keeping, once per subset and the heads
+    assert runs == {m: 4 * (2 if keep else len(subsets) + 1) for m in SHAPES}
     assert model.training
     for s, res in results.items():
         mask = tuple(m in s for m in SHAPES)
