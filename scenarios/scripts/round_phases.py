@@ -14,7 +14,10 @@ hops come on top (docs/cluster.md measures them).
 `--kernels` also times torch's kernels inside the steady rounds, by kind (the encoders'
 convolutions forward and backward, matrix products, everything else), with their call counts;
 watching every call costs a few microseconds each, so the round is slower while it runs and the
-kernel seconds are what to read. `--ablate KEY=VALUE` (repeatable) runs the scenario once more
+kernel seconds are what to read. `--kernels --ops N` adds the N operations that took longest,
+each with the line of the project's code that ran it (for the reverse pass: the line that asked
+for the gradient); small operations read high there, since watching costs the same per call.
+`--ablate KEY=VALUE` (repeatable) runs the scenario once more
 per override and prints the steady round's change: switching one loss term or part off at a
 time (`objective.lambda_cs=0`, `model.adapter=false` ...) says what it costs, forward and
 backward together.
@@ -27,6 +30,7 @@ import contextlib
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
@@ -95,14 +99,17 @@ KERNELS = {
 class KernelTimer:
     """Seconds and calls of torch's kernels by kind (`KERNELS`, the rest as "other"), counted
     only while `on`. A dispatch mode: it sees the kernels vmap and autograd run, not the
-    Python-level calls."""
+    Python-level calls. With `sites`, also by operation and the line of the project's code
+    that ran it (`call_site`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sites: bool = False) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
-
         kind_of = {op: kind for kind, ops in KERNELS.items() for op in ops}
         self.seconds = dict.fromkeys([*KERNELS, "other"], 0.0)
         self.calls = dict.fromkeys(self.seconds, 0)
+        #: (operation, call site) -> seconds and calls, with `sites`
+        self.op_seconds: Counter[tuple[str, str]] = Counter()
+        self.op_calls: Counter[tuple[str, str]] = Counter()
         self.on = False
         timer = self
 
@@ -110,15 +117,39 @@ class KernelTimer:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
                 if not timer.on:
                     return func(*args, **(kwargs or {}))
-                kind = kind_of.get(func._schema.name.partition("::")[2], "other")
+                op = func._schema.name.partition("::")[2]
+                kind = kind_of.get(op, "other")
                 start = time.perf_counter()
                 try:
                     return func(*args, **(kwargs or {}))
                 finally:
-                    timer.seconds[kind] += time.perf_counter() - start
+                    spent = time.perf_counter() - start
+                    timer.seconds[kind] += spent
                     timer.calls[kind] += 1
+                    if sites:
+                        key = (op, call_site())
+                        timer.op_seconds[key] += spent
+                        timer.op_calls[key] += 1
 
         self.mode = Mode()
+
+
+#: path parts of the project's own code, for `call_site`
+OWN_CODE = ("/raymm/", "/policies/", "/actors/")
+
+
+def call_site() -> str:
+    """`file:line (function)` of the innermost frame of the project's code on the stack, the
+    files relative to the package: for an operation of the reverse pass, the line that asked
+    for the gradient."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        at = max(name.rfind(part) for part in OWN_CODE)
+        if at >= 0:
+            return f"{name[at + 1:]}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back
+    return "(outside the project)"
 
 
 def profile(scenario: Path, overrides: list[str], out: Path, kernels: KernelTimer | None = None
@@ -151,6 +182,15 @@ def kernel_report(kernels: KernelTimer, steady_rounds: int) -> str:
     return "\n".join(lines)
 
 
+def ops_report(kernels: KernelTimer, steady_rounds: int, top: int) -> str:
+    """The `top` operations by time, each with the line of the project's code that ran it."""
+    lines = [f"top {top} operations per steady round (ms, calls, where):"]
+    for (op, site), s in kernels.op_seconds.most_common(top):
+        calls = kernels.op_calls[(op, site)] / steady_rounds
+        lines.append(f"  {1e3 * s / steady_rounds:8.2f} {calls:8.1f}  {op:28s} {site}")
+    return "\n".join(lines)
+
+
 def steady_ms(walls: list[float]) -> float:
     """Median wall milliseconds of rounds 3..R."""
     return 1e3 * statistics.median(walls[2:])
@@ -173,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/phases"))
     p.add_argument("--kernels", action="store_true",
                    help="also time torch's kernels by kind (slows the round down)")
+    p.add_argument("--ops", type=int, default=0, metavar="N",
+                   help="with --kernels: also the N operations that take longest, each with "
+                        "the line of raymm's (or a policy's) code that ran it")
     p.add_argument("--ablate", action="append", default=[], metavar="KEY=VALUE",
                    help="run once more with this override and print the change (repeatable)")
     args = p.parse_args(argv)
@@ -181,11 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     base = [*args.set, f"rounds={args.rounds}"]
     walls, seconds = profile(args.scenario, base, args.out)
     print(report(walls, seconds))
+    if args.ops and not args.kernels:
+        p.error("--ops: only with --kernels")
     if args.kernels:
-        kernels = KernelTimer()
+        kernels = KernelTimer(sites=args.ops > 0)
         k_walls, _ = profile(args.scenario, base, args.out, kernels)
         print(f"(with the kernels watched: steady round {steady_ms(k_walls):.2f} ms)")
         print(kernel_report(kernels, len(k_walls) - 2))
+        if args.ops:
+            print(ops_report(kernels, len(k_walls) - 2, args.ops))
     if args.ablate:
         ref = steady_ms(walls)
         print(f"ablations (steady round, median; the scenario as given: {ref:.2f} ms):")

@@ -66,3 +66,30 @@ def test_ablations_report_each_change(tmp_path, capsys):
                           "--ablate", "training.local_epochs=2"]) == 0
     out = capsys.readouterr().out
     assert "ablations" in out and "training.local_epochs=2" in out
+
+
+def test_operations_are_named_with_the_code_that_ran_them(tmp_path, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    assert script().main([str(path), "--rounds", "4", "--out", str(tmp_path / "o"),
+                          "--kernels", "--ops", "1000"]) == 0
+    out = capsys.readouterr().out
+    listing = out.split("top 1000 operations per steady round (ms, calls, where):\n")[1]
+    rows = [line.split() for line in listing.splitlines()]
+    assert rows and all(r[4].startswith("(") for r in rows)
+    ms = [float(r[0]) for r in rows]
+    assert ms == sorted(ms, reverse=True)
+    sites = {(r[2], r[3]) for r in rows}
+    # a linear layer's product runs in the model's forward and again in the reverse pass,
+    # which is named by the line of the local update that asks for the gradient
+    assert any(op == "bmm" and site.startswith("raymm/device/local_update.py:")
+               for op, site in sites)
+    assert any(op == "bmm" and site.startswith("raymm/models/") for op, site in sites)
+
+
+def test_ops_needs_kernels(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        script().main(["scenarios/quickstart.yaml", "--ops", "3"])
+    assert exc.value.code == 2 and "--ops" in capsys.readouterr().err
