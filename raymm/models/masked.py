@@ -46,7 +46,8 @@ class MaskedForward:
         """The model with the sensors outside `mask` (aligned with `xs`) zeroed and marked
         absent."""
         on = [bool(v) for v in mask]
-        present = torch.tensor([on], dtype=torch.float32).expand(self.n, -1)
+        device = next(iter(self.xs.values())).device   # the inputs' (a GPU host's rows)
+        present = torch.tensor([on], dtype=torch.float32, device=device).expand(self.n, -1)
         if not self.model.takes_embeddings:
             xb = {m: x if o else torch.zeros_like(x) for (m, x), o in zip(self.xs.items(), on)}
             return self.model(xb, present, use_adapter=use_adapter)
