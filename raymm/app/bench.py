@@ -5,7 +5,9 @@ process: `python -m raymm.app.bare_loop`, or the script `--bare-loop PATH`) and 
 `bench/standard.yaml` on raymm with sequential and with vectorised local
 training (Ray executor by default: one DeviceActor per CPU, one torch thread each; `--executor
 ray,serial` runs each mode on both), and prints the steady seconds per round (mean over rounds
-2..R; round 1 carries start-up), the ratio to the bare loop and the peak memory.
+2..R; round 1 carries start-up), the ratio to the bare loop and the peak memory; then the
+round's arithmetic floor on this machine (`raymm.app.bench_floor`: its matrix products alone,
+one thread), as seconds and as a ratio to the bare loop.
 
 How it measures (the workload: docs/workload.md):
   * raymm's round time is the engine's wall time of the whole round: availability poll,
@@ -186,6 +188,23 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
             "tree_pss_mb": mem.tree_pss_mb}
 
 
+def arithmetic_floor(n: int, k: int, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """The round's matrix products alone on one thread (`raymm.app.bench_floor`), with the
+    scenario's sizes after `extra` overrides."""
+    # deferred: `raymm --help` builds this command's parser without importing torch
+    from raymm.app.bench_floor import matmul_floor, round_flops
+    from raymm.app.build import load_scenario
+
+    sc = load_scenario(SCENARIO, [f"dataset.clients={n}", f"population.devices={n}",
+                                  f"selection.k={k}", *extra])
+    ds = sc.dataset
+    sizes = {"k": k, "d": int(ds["dim"]), "h": sc.model.fusion_dim, "c": int(ds["classes"]),
+             "s": int(ds["samples_per_client"]), "b": sc.training.batch_size,
+             "epochs": sc.training.local_epochs}
+    return {"N": n, "K": k, "seconds": matmul_floor(**sizes),
+            "gflop": round_flops(**sizes) / 1e9}
+
+
 def parse_executors(text: str) -> list[str]:
     """`ray,serial` -> ["ray", "serial"] (each at most once, in the order given)."""
 
@@ -242,6 +261,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     modes = [m for m in args.modes.split(",") if m]
     executors = parse_executors(args.executor)
     rows: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     for n, k in parse_sizes(args.sizes):
         runs: dict[str, list[dict[str, Any]]] = {}
         for _ in range(args.repeat):
@@ -259,6 +279,10 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                                  "ratio": r["steady_s"] / bare["steady_s"]}), flush=True)
         bares = [r["steady_s"] for r in runs["bare_loop"]]
         base = min(bares)
+        floor = arithmetic_floor(n, k, args.overrides)
+        floor["ratio"] = floor["seconds"] / base
+        floors.append(floor)
+        print(_floor_line(floor), flush=True)
         for rs in runs.values():
             best = min(rs, key=lambda r: r["steady_s"])
             paired = sorted(r["steady_s"] / b for r, b in zip(rs, bares))
@@ -270,9 +294,19 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "time": time.ctime(),
             "rounds": args.rounds, "executor": args.executor}
-    (args.out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (args.out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows,
+                                                    "floors": floors}, indent=1))
     print(table(rows))
+    print("arithmetic floor: the round's matrix products alone, on one thread (two "
+          "DeviceActors split it)")
+    for f in floors:
+        print("  " + _floor_line(f))
     return rows
+
+
+def _floor_line(f: dict[str, Any]) -> str:
+    return (f"N={f['N']} K={f['K']} matrix products: {f['seconds']:.4f} s/round (ratio "
+            f"{f['ratio']:.3f}), {f['gflop']:.3f} GFLOP at {f['gflop'] / f['seconds']:.0f} GFLOPS")
 
 
 def _line(r: dict[str, Any]) -> str:
