@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -134,22 +136,36 @@ class KernelTimer:
         self.mode = Mode()
 
 
-#: path parts of the project's own code, for `call_site`
-OWN_CODE = ("/raymm/", "/policies/", "/actors/")
+#: the project's own packages, for `call_site`
+OWN_PACKAGES = ("raymm", "policies", "actors")
+
+
+def _own_roots() -> tuple[str, ...]:
+    """The folders of the project's packages, each ending in a separator (a path such as the
+    virtual environment's `~/.cache/raymm/venv-...` may contain a package's name)."""
+    roots: list[str] = []
+    for name in OWN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            roots += [os.path.join(folder, ""), os.path.join(os.path.realpath(folder), "")]
+    return tuple(dict.fromkeys(roots))
 
 
 def call_site() -> str:
-    """`file:line (function)` of the innermost frame of the project's code on the stack, the
-    files relative to the package: for an operation of the reverse pass, the line that asked
-    for the gradient."""
+    """`package/file:line (function)` of the innermost frame of the project's code on the
+    stack: for an operation of the reverse pass, the line that asked for the gradient."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        at = max(name.rfind(part) for part in OWN_CODE)
-        if at >= 0:
-            return f"{name[at + 1:]}:{frame.f_lineno} ({frame.f_code.co_name})"
+        root = next((r for r in OWN_ROOTS if name.startswith(r)), None)
+        if root is not None:
+            top = os.path.basename(os.path.dirname(root))
+            return f"{top}/{name[len(root):]}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back
     return "(outside the project)"
+
+
+OWN_ROOTS = _own_roots()
 
 
 def profile(scenario: Path, overrides: list[str], out: Path, kernels: KernelTimer | None = None

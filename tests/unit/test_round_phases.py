@@ -83,8 +83,27 @@ def test_operations_are_named_with_the_code_that_ran_them(tmp_path, capsys):
     # a linear layer's product runs in the model's forward and again in the reverse pass,
     # which is named by the line of the local update that asks for the gradient
     assert any(op == "bmm" and site.startswith("raymm/device/local_update.py:")
-               for op, site in sites)
-    assert any(op == "bmm" and site.startswith("raymm/models/") for op, site in sites)
+               for op, site in sites), listing
+    assert any(op == "bmm" and site.startswith("raymm/models/") for op, site in sites), listing
+
+
+def test_a_call_site_is_in_the_packages_not_any_path_that_names_them():
+    """Code under a folder named like a package (a virtualenv in `~/.cache/raymm/`) is not
+    the project's: the site is the innermost frame inside the packages' own folders."""
+    ns: dict = {}
+    exec(compile("def lib(f):\n    return f()\n", "/tmp/.cache/raymm/venv/torch/lib.py", "exec"),
+         ns)
+    assert ns["lib"](script().call_site) == "(outside the project)"
+    from raymm.device import warmup
+
+    s = script()
+    kernels = s.KernelTimer(sites=True)
+    kernels.on = True
+    with kernels.mode:
+        warmup.warm_up_transforms()   # a vmapped product and its gradient, inside raymm
+    sites = {site for op, site in kernels.op_seconds if op == "bmm"}
+    assert {x.split(" ")[1] for x in sites} == {"(loss)", "(warm_up_transforms)"}
+    assert all(x.startswith("raymm/device/warmup.py:") for x in sites)
 
 
 def test_ops_needs_kernels(capsys):
