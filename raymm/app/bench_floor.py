@@ -38,9 +38,9 @@ def matmul_floor(k: int, d: int, h: int, c: int, s: int, b: int, epochs: int,
     """Seconds one thread takes for one round's matrix products (`torch.bmm` on contiguous
     operands of the round's shapes; fastest of `repeat`)."""
     g = torch.Generator().manual_seed(seed)
-    operands = [(torch.randn(x, generator=g), torch.randn(y, generator=g))
-                for x, y in step_products(k, d, h, c, b)]
-    outs = [torch.empty(x[0], x[1], y[2]) for x, y in step_products(k, d, h, c, b)]
+    shapes = step_products(k, d, h, c, b)
+    operands = [(torch.randn(x, generator=g), torch.randn(y, generator=g)) for x, y in shapes]
+    outs = [torch.empty(x[0], x[1], y[2]) for x, y in shapes]
     steps = epochs * math.ceil(s / b)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

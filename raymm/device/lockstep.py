@@ -634,9 +634,8 @@ class LockstepTrainer:
         starting values, its trained groups and its adapter."""
         base = self.base
         own = {**updates, **({LOCAL: local} if self.use_adapter and local is not None else {})}
-        # the starting values of the groups it did not train, then what it trained
-        self.layout.load(self.model, {g: v for g, v in source.items() if g not in own})
-        self.layout.load(self.model, own)
+        # the starting values of the groups it did not train, and what it trained
+        self.layout.load(self.model, {**source, **own})
         idx = torch.from_numpy(r.indices.astype(np.int64))
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,

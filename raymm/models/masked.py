@@ -29,7 +29,8 @@ class MaskedForward:
 
     def __init__(self, model: RaymmNet, xs: Mapping[str, Tensor]) -> None:
         self.model, self.xs = model, dict(xs)
-        self.n = int(next(iter(self.xs.values())).shape[0])
+        first = next(iter(self.xs.values()))
+        self.n, self.device = int(first.shape[0]), first.device   # a GPU host's rows: its GPU
         self._embeddings: dict[tuple[str, bool], Tensor] = {}
 
     def embedding(self, sensor: str, real: bool) -> Tensor:
@@ -46,8 +47,7 @@ class MaskedForward:
         """The model with the sensors outside `mask` (aligned with `xs`) zeroed and marked
         absent."""
         on = [bool(v) for v in mask]
-        device = next(iter(self.xs.values())).device   # the inputs' (a GPU host's rows)
-        present = torch.tensor([on], dtype=torch.float32, device=device).expand(self.n, -1)
+        present = torch.tensor([on], dtype=torch.float32, device=self.device).expand(self.n, -1)
         if not self.model.takes_embeddings:
             xb = {m: x if o else torch.zeros_like(x) for (m, x), o in zip(self.xs.items(), on)}
             return self.model(xb, present, use_adapter=use_adapter)

@@ -11,8 +11,8 @@ shapes, forward and backward: the first layer takes no input gradient, its input
 
 A long-running process reuses its heap for these megabyte activations (glibc's thresholds adapt;
 a `tide_har` round page-faults a few hundred times). A short loop like this one would instead
-map and fault every fresh activation in, about half its time, so the script first sets glibc's
-thresholds as a long run ends up with (`steady_heap`).
+map and fault every fresh activation in, about half its time, so the script first keeps freed
+memory in the heap as the serial executor does (`raymm.sim.allocator.keep_freed_memory`).
 
 `--blocks N ...` also times the encoder run in blocks of about N devices (one call per block,
 the embeddings concatenated), in turns with the one call; each block size is first checked to
@@ -23,8 +23,6 @@ not: measure a change to a round with `paired_rounds.py`, not with this.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import statistics
 import time
 
@@ -36,23 +34,9 @@ from torch.profiler import ProfilerActivity, profile
 from raymm.device.local_update import ModuleCall
 from raymm.device.lockstep_conv import blocked_convolutions
 from raymm.models.encoders import make_encoder
+from raymm.sim.allocator import keep_freed_memory
 
 SHAPE, EMBED, HIDDEN = (128, 3), 32, 64
-
-
-#: glibc's mallopt options (malloc.h) and the values `steady_heap` gives them
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-HEAP = {M_MMAP_THRESHOLD: 128 << 20, M_TRIM_THRESHOLD: 512 << 20, M_TOP_PAD: 64 << 20}
-
-
-def steady_heap() -> None:
-    """glibc only: large blocks from the heap, and the heap kept, as a long run's dynamic
-    thresholds come to be."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "mallopt"):
-        for option, value in HEAP.items():
-            libc.mallopt(option, value)
 
 
 def conv_flops(encoder: torch.nn.Module, devices: int, batch: int) -> float:
@@ -93,7 +77,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, nargs="*", default=[])
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    steady_heap()
+    keep_freed_memory()   # as the serial executor does for a whole run
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     g, b = args.devices, args.batch
