@@ -31,7 +31,7 @@ nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -125,10 +125,14 @@ def prototype_loss(z: Tensor, y: Tensor, prototypes: Tensor, mask: Tensor,
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
 
+def global_names(trainable: Iterable[str]) -> tuple[str, ...]:
+    """The trained parameters that have a global value (not the device-local adapter)."""
+    return tuple(n for n in trainable if not n.startswith("adapter."))
+
+
 def prox_global(trainable: Mapping[str, Tensor], anchor: Mapping[str, Tensor]) -> Tensor:
-    """||θ - θ[t]||² over the trained parameters that have a global value (not the adapter)."""
-    terms = [((p - anchor[n]) ** 2).sum() for n, p in trainable.items()
-             if not n.startswith("adapter.")]
+    """||θ - θ[t]||² over the trained parameters that have a global value (`global_names`)."""
+    terms = [((trainable[n] - anchor[n]) ** 2).sum() for n in global_names(trainable)]
     return torch.stack(terms).sum()
 
 
@@ -170,12 +174,16 @@ class TideObjective(Objective):
             problems.append("objective: prototypes and the adapter need model.fusion: concat")
         return problems
 
+    def proximal(self, trainable: Sequence[str]) -> tuple[float, tuple[str, ...]]:
+        """µ L_prox, which a lock-step program may add outside `loss`."""
+        return (self.p.mu, global_names(trainable)) if self.p.mu > 0 else (0.0, ())
+
     def loss(self, inp: LossInputs) -> Tensor:
         p, out, w = self.p, inp.out, inp.weight
         loss = mean_cross_entropy(out.logits, inp.y, w)
         if out.personal_logits is not None:  # the adapter's own path (split_adapter)
             loss = loss + mean_cross_entropy(out.personal_logits, inp.y, w)
-        if p.mu > 0:
+        if p.mu > 0 and not inp.proximal_outside:
             loss = loss + p.mu * prox_global(inp.trainable, inp.anchor)
         if p.lambda_h > 0:
             loss = loss + p.lambda_h * aux_head_loss(out.sensor_logits, inp.y, inp.present, w)

@@ -221,13 +221,17 @@ class LocalUpdate:
 
     def __init__(self, call: ModuleCall, objective: Objective, training: TrainingSpec, *,
                  use_adapter: bool, held: tuple[str, ...], extras: dict[str, Tensor],
-                 round: int, groups: tuple[str, ...], unread: Mapping[str, int] | None = None
-                 ) -> None:
+                 round: int, groups: tuple[str, ...], unread: Mapping[str, int] | None = None,
+                 stacked: bool = False) -> None:
         self.call, self.objective = call, objective
+        #: lock-step: `params` are stacks along a device axis (see `run`)
+        self.stacked = stacked
         #: sensor -> embedding width, for the sensors whose encoders are not run: the loss
         #: reads nothing made from them (`SequentialTrainer.unread`)
         self.unread = dict(unread or {})
         self.optimizer = FunctionalOptimizer(training)
+        #: the objective's proximal term is `StackedAdam`'s to add, not the loss's
+        self.proximal_outside = stacked and self.optimizer.kind == "adam"
         self.forward_kw = {"use_adapter": use_adapter,
                            "split_adapter": use_adapter and bool(objective.split_adapter)}
         self.held, self.extras, self.round, self.groups = held, extras, round, groups
@@ -246,7 +250,8 @@ class LocalUpdate:
         out = self.call({**fixed, **train}, batch.x, batch.present, **kw)
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
                                               anchor, self.extras, self.round, local,
-                                              self.groups, batch.weight))
+                                              self.groups, batch.weight,
+                                              self.proximal_outside))
 
     def one_device(self, anchor: Params, local: Params) -> GradFn:
         """The loss and gradients of one device's minibatch; parameters not trained are the
@@ -319,19 +324,20 @@ class LocalUpdate:
         return params, state, loss, grads if keep_grads else {}
 
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
-            grad_sum: bool = False, stacked: bool = False) -> UpdateResult:
+            grad_sum: bool = False) -> UpdateResult:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
         builds its optimizer anew every round).
 
-        In lock-step (`stacked`: `params` are stacks along a device axis), a minibatch may be
+        In lock-step (`self.stacked`: `params` are stacks along a device axis), a minibatch may be
         for fewer devices than `params` holds: for its first k (a bucket is ordered by steps
         per epoch, most first, so the devices with a minibatch in a step are always a prefix).
         The others are set aside untouched -- parameters, optimizer state, gradient sums --
         and rejoin when a later minibatch (the next epoch's) is for them again, and at the
         end: a device's numbers are those of its own steps only. Adam then steps every
-        device's parameters at once (`raymm.device.stacked_adam`).
+        device's parameters at once (`raymm.device.stacked_adam`), and adds the objective's
+        proximal term (`Objective.proximal`) there.
         """
-        if stacked and self.optimizer.kind == "adam":
+        if self.proximal_outside:
             return self._run_stacked_adam(params, batches, grads_of, grad_sum)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
@@ -353,13 +359,14 @@ class LocalUpdate:
     def _run_stacked_adam(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
                           grad_sum: bool) -> UpdateResult:
         o = self.optimizer
-        adam = StackedAdam(params, o.lr, o.BETAS, o.EPS, o.weight_decay, grad_sum)
+        adam = StackedAdam(params, o.lr, o.BETAS, o.EPS, o.weight_decay, grad_sum,
+                           self.objective.proximal(list(params)))
         losses = []
         for batch in batches:
             k = len(batch.y)
             loss, grads = grads_of(adam.params(k), batch)
-            adam.step(grads, k)
-            losses.append(loss)
+            prox = adam.step(grads, k)
+            losses.append(loss if prox is None else loss + prox)
         return UpdateResult(adam.params(), losses, adam.grad_sums())
 
 

@@ -302,14 +302,14 @@ class LockstepTrainer:
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups),
-                             unread=unread)
+                             unread=unread, stacked=True)
         encoders = self._encoder_plan(helds, names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
                                                                      local_t, keeps, encoders),
-                              grad_sum=self.objective.needs_grad_mean, stacked=True)
+                              grad_sum=self.objective.needs_grad_mean)
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them

@@ -16,7 +16,7 @@ registered policy). docs/adding-a-policy.md lists every hook.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -308,6 +308,9 @@ class LossInputs:
     #: last batch); None on the sequential path, where every row is real. See
     #: raymm.device.local_update.
     weight: Tensor | None = None
+    #: the trainer adds the objective's proximal term (`Objective.proximal`) and its gradient
+    #: itself: `loss` leaves it out
+    proximal_outside: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,14 @@ class Objective(Policy, ABC):
     @abstractmethod
     def loss(self, inp: LossInputs) -> Tensor:
         """The scalar loss of one minibatch of one device (of many, under vmap)."""
+
+    def proximal(self, trainable: Sequence[str]) -> tuple[float, tuple[str, ...]]:
+        """(c, names): `loss` adds c * sum over `names` (some of the `trainable` parameters)
+        of ||θ - θ_received||², and leaves it out when `LossInputs.proximal_outside` is set.
+        A lock-step program under Adam then adds the term and its gradient 2c(θ - θ_received)
+        on its flat parameter buffer (`raymm.device.stacked_adam`): a few operations a step,
+        where autograd takes several per parameter. Default: (0.0, ()), no such term."""
+        return 0.0, ()
 
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
                 sensors: tuple[str, ...], gen: torch.Generator

@@ -195,3 +195,36 @@ def test_stacked_adam_leaves_a_parameter_without_gradient_as_it_was(weight_decay
     assert not torch.equal(adam.params()["used"], start["used"])
     with pytest.raises(ValueError, match="unused"):
         adam.step({"used": torch.randn(2, 6), "unused": torch.randn(2, 6)}, 2)
+
+
+def test_stacked_adams_proximal_term_is_the_losss_own_up_to_rounding() -> None:
+    """c * ||θ - θ_start||² over some parameters, added by `StackedAdam` (value per device and
+    gradient), steps as torch.optim.Adam on a loss that holds the term; devices set aside
+    keep their start distance; a parameter outside the term is not pulled."""
+    torch.manual_seed(5)
+    c, g = 0.7, 3
+    start = {"a": torch.randn(g, 4, 3), "free": torch.randn(g, 5), "b": torch.randn(g, 2)}
+    adam = StackedAdam(start, 0.05, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS, 0.0,
+                       False, (c, ("a", "b")))
+    refs = [{n: p[i].clone().requires_grad_(True) for n, p in start.items()} for i in range(g)]
+    opts = [torch.optim.Adam(list(r.values()), lr=0.05, foreach=False) for r in refs]
+    for k in [3, 3, 2, 3, 1, 3]:
+        task = {n: torch.randn((k,) + p.shape[1:]) for n, p in start.items()}
+        prox = adam.step(task, k)
+        assert prox is not None and prox.shape == (k,)
+        for i in range(k):
+            r = refs[i]
+            value = c * sum(((r[n] - start[n][i]) ** 2).sum() for n in ("a", "b"))
+            torch.testing.assert_close(prox[i], value.detach(), rtol=1e-5, atol=1e-7)
+            opts[i].zero_grad()
+            value.backward()
+            for n in r:   # the task's gradient on top of the term's
+                assert r[n].grad is not None or n == "free"
+                r[n].grad = task[n][i] + (r[n].grad if r[n].grad is not None else 0)
+            opts[i].step()
+    for i in range(g):
+        for n in start:
+            torch.testing.assert_close(adam.params()[n][i], refs[i][n].detach(), rtol=1e-5,
+                                       atol=1e-6)
+    assert _stacked_adam(start).step({n: torch.zeros_like(p) for n, p in start.items()}, g) \
+        is None
