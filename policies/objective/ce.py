@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
@@ -35,8 +37,12 @@ class CrossEntropy(Objective):
         self.mu = params.mu
         self.uses_adapter = params.adapter
 
+    def proximal(self, trainable: Sequence[str]) -> tuple[float, tuple[str, ...]]:
+        """FedProx's term, which a lock-step program may add outside `loss`."""
+        return (0.5 * self.mu, tuple(trainable)) if self.mu > 0 else (0.0, ())
+
     def loss(self, inp: LossInputs) -> Tensor:
         loss = mean_cross_entropy(inp.out.logits, inp.y, inp.weight)
-        if self.mu > 0:
+        if self.mu > 0 and not inp.proximal_outside:
             loss = loss + 0.5 * self.mu * prox_term(inp)
         return loss

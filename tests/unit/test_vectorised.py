@@ -48,6 +48,9 @@ def _out_dir(tmp_path, monkeypatch):
     {"objective": {"name": "ce", "mu": 0.5}, "training.momentum": 0.9,
      "training.weight_decay": 0.01},                              # FedProx, momentum, decay
     {"training.optimizer": "adam", "training.lr": 0.01, "training.local_epochs": 2},
+    # lock-step Adam adds the proximal term outside the loss (`StackedAdam`)
+    {"objective": {"name": "ce", "mu": 2.0}, "training.optimizer": "adam", "training.lr": 0.01,
+     "training.batch_size": 7},
     {"training.upload": "held", "training.batch_size": 7},       # pod-wise, many padded batches
     # devices of a bucket with 3-6 steps per epoch: those set aside rejoin in epoch 2
     {"training.batch_size": 7, "training.local_epochs": 2, "training.momentum": 0.9},
@@ -62,7 +65,7 @@ def _out_dir(tmp_path, monkeypatch):
     {"dataset.sensors": {"a": {"dim": 8, "length": 12, "informativeness": 1.0},
                          "b": {"dim": 6, "length": 12, "informativeness": 0.5}},
      "model.encoder": "cnn2d"},
-], ids=["ce", "fedprox-momentum", "adam-2-epochs", "held-batch7", "momentum-2-epochs-batch7",
+], ids=["ce", "fedprox-momentum", "adam-2-epochs", "fedprox-adam-batch7", "held-batch7", "momentum-2-epochs-batch7",
         "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
 def test_vectorised_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "training.vectorise": False})
