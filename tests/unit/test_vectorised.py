@@ -65,8 +65,8 @@ def _out_dir(tmp_path, monkeypatch):
     {"dataset.sensors": {"a": {"dim": 8, "length": 12, "informativeness": 1.0},
                          "b": {"dim": 6, "length": 12, "informativeness": 0.5}},
      "model.encoder": "cnn2d"},
-], ids=["ce", "fedprox-momentum", "adam-2-epochs", "fedprox-adam-batch7", "held-batch7", "momentum-2-epochs-batch7",
-        "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
+], ids=["ce", "fedprox-momentum", "adam-2-epochs", "fedprox-adam-batch7", "held-batch7",
+        "momentum-2-epochs-batch7", "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
 def test_vectorised_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "training.vectorise": False})
     vec, vec_rows = _params({**extra, "training.vectorise": True})
