@@ -168,26 +168,34 @@ def call_site() -> str:
 OWN_ROOTS = _own_roots()
 
 
-def profile(scenario: Path, overrides: list[str], out: Path, kernels: KernelTimer | None = None
-            ) -> tuple[list[float], dict[str, float]]:
-    """(wall seconds of every round, seconds per phase summed over rounds 3..R); `kernels`
-    counts the kernels of rounds 3..R."""
+def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
+            kernels: KernelTimer | None = None) -> tuple[list[float], dict[str, float]]:
+    """(wall seconds of rounds 1..R, seconds per phase summed over rounds 3..R); `kernels`
+    counts the kernels of rounds 3..R. One round more runs uncounted: a run's last round
+    ends with the final evaluation."""
     from raymm.app.api import run
 
     walls: list[float] = []
+    counted: dict[str, float] = {}
     with PhaseTimer() as timer:
         def on_round(row: dict[str, Any]) -> None:
+            if row["round"] > rounds:
+                return
             walls.append(row["wall_seconds"])
             if row["round"] == 2:
                 timer.reset()
                 if kernels is not None:
                     kernels.on = True
+            if row["round"] == rounds:
+                counted.update(timer.seconds)
+                if kernels is not None:
+                    kernels.on = False
 
         watch = kernels.mode if kernels is not None else contextlib.nullcontext()
         with watch:
-            run(scenario, [*overrides, "eval.every=1000000"], out=out, executor="serial",
-                on_round=on_round)
-    return walls, timer.seconds
+            run(scenario, [*overrides, f"rounds={rounds + 1}", "eval.every=1000000"], out=out,
+                executor="serial", on_round=on_round)
+    return walls, counted or timer.seconds
 
 
 def kernel_report(kernels: KernelTimer, steady_rounds: int) -> str:
@@ -237,14 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 3:
         p.error("--rounds: at least 3 (rounds 1 and 2 are not steady)")
-    base = [*args.set, f"rounds={args.rounds}"]
-    walls, seconds = profile(args.scenario, base, args.out)
+    base, rounds = args.set, args.rounds
+    walls, seconds = profile(args.scenario, base, rounds, args.out)
     print(report(walls, seconds))
     if args.ops and not args.kernels:
         p.error("--ops: only with --kernels")
     if args.kernels:
         kernels = KernelTimer(sites=args.ops > 0)
-        k_walls, _ = profile(args.scenario, base, args.out, kernels)
+        k_walls, _ = profile(args.scenario, base, rounds, args.out, kernels)
         print(f"(with the kernels watched: steady round {steady_ms(k_walls):.2f} ms)")
         print(kernel_report(kernels, len(k_walls) - 2))
         if args.ops:
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = steady_ms(walls)
         print(f"ablations (steady round, median; the scenario as given: {ref:.2f} ms):")
         for change in args.ablate:
-            a_walls, _ = profile(args.scenario, [*base, change], args.out)
+            a_walls, _ = profile(args.scenario, [*base, change], rounds, args.out)
             ms = steady_ms(a_walls)
             print(f"  {change:40s} {ms:8.2f} ms  ({ms - ref:+.2f})")
     return 0

@@ -12,7 +12,7 @@ def script():
 def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
-    walls, seconds = script().profile(path, ["rounds=5"], tmp_path / "out")
+    walls, seconds = script().profile(path, [], 5, tmp_path / "out")
     assert len(walls) == 5
     steady = sum(walls[2:])
     host = seconds["host: training (lock-step)"]
@@ -31,7 +31,7 @@ def test_the_classes_are_left_as_they_were(tmp_path):
     before = (LocalUpdate.run, Server.plan)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario()))
-    script().profile(path, ["rounds=3"], tmp_path / "out")
+    script().profile(path, [], 3, tmp_path / "out")
     assert (LocalUpdate.run, Server.plan) == before
 
 
@@ -43,13 +43,23 @@ def test_too_few_rounds_is_refused(capsys):
     assert exc.value.code == 2 and "at least 3" in capsys.readouterr().err
 
 
-def test_kernels_are_counted_by_kind_only_in_the_steady_rounds(tmp_path):
+def test_kernels_are_counted_by_kind_only_in_the_steady_rounds(tmp_path, monkeypatch):
+    from raymm.models.masked import MaskedForward
+
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
     s = script()
     kernels = s.KernelTimer()
-    walls, _ = s.profile(path, ["rounds=4"], tmp_path / "out", kernels)
+    # the run's final evaluation (after one uncounted round) is not counted
+    watched_evaluations = []
+    own = MaskedForward.__init__
+    def spy(self, *args, **kwargs):
+        watched_evaluations.append(kernels.on)
+        own(self, *args, **kwargs)
+    monkeypatch.setattr(MaskedForward, "__init__", spy)
+    walls, _ = s.profile(path, [], 4, tmp_path / "out", kernels)
     assert len(walls) == 4
+    assert watched_evaluations and not any(watched_evaluations)
     # the tiny model is linear layers only: matrix products and other kernels, no convolutions
     assert kernels.calls["matrix products (mm, bmm, addmm, ...)"] > 0
     assert kernels.calls["other"] > kernels.calls["matrix products (mm, bmm, addmm, ...)"]
