@@ -224,14 +224,13 @@ class LocalUpdate:
                  round: int, groups: tuple[str, ...], unread: Mapping[str, int] | None = None,
                  stacked: bool = False) -> None:
         self.call, self.objective = call, objective
-        #: lock-step: `params` are stacks along a device axis (see `run`)
-        self.stacked = stacked
         #: sensor -> embedding width, for the sensors whose encoders are not run: the loss
         #: reads nothing made from them (`SequentialTrainer.unread`)
         self.unread = dict(unread or {})
         self.optimizer = FunctionalOptimizer(training)
-        #: the objective's proximal term is `StackedAdam`'s to add, not the loss's
-        self.proximal_outside = stacked and self.optimizer.kind == "adam"
+        #: lock-step (`params` are stacks along a device axis) under Adam: `StackedAdam` steps
+        #: the devices and adds the objective's proximal term, which the loss then leaves out
+        self.stacked_adam = stacked and self.optimizer.kind == "adam"
         self.forward_kw = {"use_adapter": use_adapter,
                            "split_adapter": use_adapter and bool(objective.split_adapter)}
         self.held, self.extras, self.round, self.groups = held, extras, round, groups
@@ -251,7 +250,7 @@ class LocalUpdate:
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
                                               anchor, self.extras, self.round, local,
                                               self.groups, batch.weight,
-                                              self.proximal_outside))
+                                              self.stacked_adam))
 
     def one_device(self, anchor: Params, local: Params) -> GradFn:
         """The loss and gradients of one device's minibatch; parameters not trained are the
@@ -328,7 +327,7 @@ class LocalUpdate:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device
         builds its optimizer anew every round).
 
-        In lock-step (`self.stacked`: `params` are stacks along a device axis), a minibatch may be
+        In lock-step (`params` are stacks along a device axis), a minibatch may be
         for fewer devices than `params` holds: for its first k (a bucket is ordered by steps
         per epoch, most first, so the devices with a minibatch in a step are always a prefix).
         The others are set aside untouched -- parameters, optimizer state, gradient sums --
@@ -337,7 +336,7 @@ class LocalUpdate:
         device's parameters at once (`raymm.device.stacked_adam`), and adds the objective's
         proximal term (`Objective.proximal`) there.
         """
-        if self.proximal_outside:
+        if self.stacked_adam:
             return self._run_stacked_adam(params, batches, grads_of, grad_sum)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None

@@ -31,9 +31,9 @@ An objective's proximal term c * ||θ - θ_start||² over some of the parameters
 (`Objective.proximal`) is added here rather than in the loss: its gradient 2c(θ - θ_start) goes
 onto the copied gradients' columns of those parameters (one contiguous span when they sort
 together) and its value is returned per device. That is 4 operations a step where autograd ran
-a subtraction, a square and a sum per parameter forward, and as many backward: on
-`scenarios/tide_har.yaml` (26 parameters) about 5% of a round. The same term, summed in another
-order: other last bits than the loss's own.
+a subtraction, a square and a sum per parameter forward, and as many backward: a round of
+`scenarios/tide_har.yaml` (26 parameters) took 0.92 of its time before. The same term, summed
+in another order: other last bits than the loss's own.
 """
 
 from __future__ import annotations
