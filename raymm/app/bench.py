@@ -194,12 +194,13 @@ def arithmetic_floor(n: int, k: int, extra: Sequence[str] = ()) -> dict[str, Any
     # deferred: `raymm --help` builds this command's parser without importing torch
     from raymm.app.bench_floor import matmul_floor, round_flops
     from raymm.app.build import load_scenario
+    from raymm.data import dataset_params
 
     sc = load_scenario(SCENARIO, [f"dataset.clients={n}", f"population.devices={n}",
                                   f"selection.k={k}", *extra])
-    ds = sc.dataset
-    sizes = {"k": k, "d": int(ds["dim"]), "h": sc.model.fusion_dim, "c": int(ds["classes"]),
-             "s": int(ds["samples_per_client"]), "b": sc.training.batch_size,
+    ds: Any = dataset_params(sc.dataset_name, sc.dataset_params())   # defaults filled in
+    sizes = {"k": k, "d": ds.dim, "h": sc.model.fusion_dim, "c": ds.classes,
+             "s": ds.samples_per_client, "b": sc.training.batch_size,
              "epochs": sc.training.local_epochs}
     return {"N": n, "K": k, "seconds": matmul_floor(**sizes),
             "gflop": round_flops(**sizes) / 1e9}

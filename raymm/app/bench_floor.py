@@ -27,10 +27,15 @@ def step_products(k: int, d: int, h: int, c: int, b: int) -> list[tuple[tuple[in
             ((k, d, b), (k, b, h))]   # layer 1's weight gradient
 
 
+def round_steps(s: int, b: int, epochs: int) -> int:
+    """Minibatch steps of one device's round: E epochs of ceil(S / B)."""
+    return epochs * math.ceil(s / b)
+
+
 def round_flops(k: int, d: int, h: int, c: int, s: int, b: int, epochs: int) -> int:
     """Floating-point operations of one round's matrix products (2 per multiply-add)."""
-    steps = epochs * math.ceil(s / b)
-    return steps * sum(2 * x[0] * x[1] * x[2] * y[2] for x, y in step_products(k, d, h, c, b))
+    per_step = sum(2 * x[0] * x[1] * x[2] * y[2] for x, y in step_products(k, d, h, c, b))
+    return round_steps(s, b, epochs) * per_step
 
 
 def matmul_floor(k: int, d: int, h: int, c: int, s: int, b: int, epochs: int,
@@ -41,7 +46,7 @@ def matmul_floor(k: int, d: int, h: int, c: int, s: int, b: int, epochs: int,
     shapes = step_products(k, d, h, c, b)
     operands = [(torch.randn(x, generator=g), torch.randn(y, generator=g)) for x, y in shapes]
     outs = [torch.empty(x[0], x[1], y[2]) for x, y in shapes]
-    steps = epochs * math.ceil(s / b)
+    steps = round_steps(s, b, epochs)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -72,11 +72,12 @@ class StackedAdam:
         for n, p in params.items():
             self._view(self.p, n, g).copy_(p)
         self.m, self.v, self.g = (torch.zeros_like(self.p) for _ in range(3))
-        self.pull, pulled = proximal
-        #: the proximal term's column spans, each with the start values of its columns
-        self.pulls = [(a, b, self.p[:, a:b].clone())
-                      for a, b in _merged([self.spans[n] for n in pulled])] \
-            if self.pull > 0 else []
+        #: the proximal term's coefficient c, and its column spans, each with the start
+        #: values of its columns
+        self.prox, names = proximal
+        self.prox_spans = [(a, b, self.p[:, a:b].clone())
+                           for a, b in _merged([self.spans[n] for n in names])] \
+            if self.prox > 0 else []
         self.sum = torch.zeros_like(self.p) if grad_sum else None
         self.count = [0] * g   # each device's steps so far
         #: per parameter: whether it got a gradient (fixed after the first step)
@@ -148,12 +149,12 @@ class StackedAdam:
         """Adds the proximal term's gradient to the first k devices' copied gradients;
         returns its value [k]."""
         total = None
-        for a, b, start in self.pulls:
+        for a, b, start in self.prox_spans:
             d = self.p[:k, a:b] - start[:k]
-            self.g[:k, a:b].add_(d, alpha=2 * self.pull)
+            self.g[:k, a:b].add_(d, alpha=2 * self.prox)
             part = torch.linalg.vecdot(d, d)
             total = part if total is None else total + part
-        return None if total is None else self.pull * total
+        return None if total is None else self.prox * total
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
