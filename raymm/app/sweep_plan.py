@@ -23,6 +23,7 @@ from raymm.app.variants import method_scenarios
 from raymm.config.schema import Scenario, read_yaml
 from raymm.driver import checkpoint
 from raymm.errors import RaymmError, ScenarioError
+from raymm.io.atomic import is_leftover
 
 #: what a job needs: run it, continue it, start it over, nothing (done), or nothing because it
 #: diverged last time (deterministic: it would again)
@@ -110,6 +111,8 @@ def action_of(job: Job) -> Action:
     d = job.run_dir
     if not d.exists() or (d.is_dir() and not any(d.iterdir())):
         return "new"
+    if d.is_dir() and all(is_leftover(e) for e in d.iterdir()):
+        return "restart"   # only what a write cut short left (a sweep killed mid-pull)
     if not (d / "config.yaml").is_file():
         raise RaymmError(f"sweep: {d} exists but is not a run directory (no config.yaml); "
                          "move it away or choose another --out")

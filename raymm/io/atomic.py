@@ -16,6 +16,12 @@ def _umask() -> int:
     return mask
 
 
+def is_leftover(path: Path) -> bool:
+    """Whether `path` is the hidden temp file of an `atomic_output` whose process was killed
+    before the rename (what a SIGKILL mid-write leaves; nothing reads it)."""
+    return path.name.startswith(".") and path.name.endswith(".part")
+
+
 @contextmanager
 def atomic_output(dest: Path) -> Iterator[BinaryIO]:
     """Yields a binary file open on a hidden `.part` temp file beside `dest`; when the block

@@ -201,6 +201,19 @@ def test_a_directory_of_another_configuration_is_refused(one_by_one, tmp_path) -
     assert code == 2 and "another configuration" in stderr
 
 
+def test_a_folder_holding_only_a_cut_short_write_is_restarted(tmp_path, capsys) -> None:
+    """A sweep killed while it wrote a run's first file leaves only the hidden temp file of that
+    write: the next sweep clears the folder and runs the job, not refuses it."""
+    run_dir = tmp_path / "sw" / "runs" / "tiny-seed1"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".config.yaml.x1y2.part").write_text("name: ti")
+    comp = run_sweep([tiny_file(tmp_path)], [1], out=tmp_path / "sw")
+    assert not comp.failed
+    assert "restarting tiny seed 1" in capsys.readouterr().out
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == []
+    assert (run_dir / "summary.json").is_file()
+
+
 def test_bad_input_is_refused_before_any_run(tmp_path) -> None:
     (tmp_path / "sw" / "runs" / "tiny-seed1").mkdir(parents=True)
     (tmp_path / "sw" / "runs" / "tiny-seed1" / "notes.txt").write_text("mine")
