@@ -15,8 +15,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `alone` run last: they stop every Ray on the machine (`ray down` runs
-    `ray stop` on a head that is this machine)."""
+    `ray stop` on a head that is this machine); `make test` runs them in a pytest of their own
+    after the others. Under pytest-xdist (`make test`: two workers, `--dist loadgroup`) the
+    tests that use the session's Ray (`ray_session`) are one group, so one worker starts that
+    Ray once and runs them all; the tests marked `cluster` are another, so two loopback
+    clusters (a dozen processes each) never share the two cores at once."""
     items.sort(key=lambda item: item.get_closest_marker("alone") is not None)  # stable
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray_session"))
+        elif item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.xdist_group("loopback_cluster"))
 
 
 @pytest.fixture(scope="session")

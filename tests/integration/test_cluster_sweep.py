@@ -6,11 +6,13 @@ A 2 x 2 grid over the quickstart: each run's driver is a Ray actor in a placemen
 its one DeviceActor, so the two nodes hold two runs at once and the runs land on both. The
 sweep is killed (SIGKILL) while runs are in flight and started again: it skips what finished,
 continues the rest from the checkpoints that came back, and every run ends with the numbers of
-the same sweep run locally one run at a time (CPU: bit-identical). Then the same sweep on a
-one-node cluster, for the wall time. Both clusters are stopped by terminating the `ray start
---block` processes this test started.
+the same sweep run locally one run at a time (CPU: bit-identical). The cluster is stopped by
+terminating the `ray start --block` processes this test started.
 
-`python tests/integration/test_cluster_sweep.py` runs it outside pytest and prints the figures.
+`python tests/integration/test_cluster_sweep.py` runs it outside pytest and prints the figures,
+with two more sweeps for the wall time (docs/cluster.md): a clean one on the two nodes and one
+on a one-node cluster. The test leaves those out: a time is a benchmark's figure, not a test's
+assertion, and they were half of its four minutes in the suite.
 """
 
 from __future__ import annotations
@@ -106,7 +108,9 @@ def rounds(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(run_dir / "rounds.parquet").drop(columns=["wall_seconds"])
 
 
-def run_figures(tmp: Path) -> dict:
+def run_figures(tmp: Path, timed: bool = False) -> dict:
+    """The sweeps' figures; `timed`: also the clean two-node and the one-node sweeps' wall
+    times (their runs are checked against the serial reference too)."""
     env = cluster_env()
     figures: dict = {}
     # the reference: the same sweep on the serial executor, one run at a time in one process
@@ -142,6 +146,8 @@ def run_figures(tmp: Path) -> dict:
         figures["resumed"] = again.stdout.count("resuming ")
         figures["restarted"] = again.stdout.count("restarting ")
         figures["runs_per_node"] = dict(Counter(nodes_of(out).values()))
+        if not timed:
+            return _checked(figures, tmp, [out])
         # a clean sweep on the same two nodes, for the wall time
         t0 = time.monotonic()
         clean = subprocess.run(sweep_cmd(tmp / "two" / "clean", address), env=env,
@@ -156,8 +162,14 @@ def run_figures(tmp: Path) -> dict:
                                 capture_output=True, text=True, timeout=1200)
         figures["one_node_s"] = round(time.monotonic() - t0, 1)
         assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    return _checked(figures, tmp, [out, tmp / "two" / "clean", tmp / "one" / "sw"])
+
+
+def _checked(figures: dict, tmp: Path, sweeps: list[Path]) -> dict:
+    """`figures`, once every run of `sweeps` equals the serial reference's bit for bit and has
+    all its files."""
     for name in NAMES:
-        for where in (out, tmp / "two" / "clean", tmp / "one" / "sw"):
+        for where in sweeps:
             run = where / "runs" / name
             pd.testing.assert_frame_equal(rounds(run), rounds(tmp / "local" / "runs" / name),
                                           check_exact=True)
@@ -168,11 +180,12 @@ def run_figures(tmp: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(3600)
 def test_a_grid_sweep_spreads_over_two_nodes_and_survives_being_killed(tmp_path):
     figures = run_figures(tmp_path)
     print("FIGURES " + json.dumps(figures))
-    assert len(figures["runs_per_node"]) == 2 and len(figures["clean_runs_per_node"]) == 2
+    assert len(figures["runs_per_node"]) == 2
     # the restarted sweep skips what finished and continues the rest (a run not started yet
     # starts quietly), and one seen mid-run resumes from the checkpoint it had brought back;
     # how far the runs got before the kill depends on the machine's load
@@ -183,4 +196,4 @@ def test_a_grid_sweep_spreads_over_two_nodes_and_survives_being_killed(tmp_path)
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="r31-cluster-") as d:
-        print("FIGURES " + json.dumps(run_figures(Path(d))), flush=True)
+        print("FIGURES " + json.dumps(run_figures(Path(d), timed=True)), flush=True)

@@ -1,11 +1,13 @@
 """Every command the README and docs/ show in a ```bash block, run, so the docs cannot go stale.
 
-Each `raymm ...` command runs as written, with small settings: the serial executor, one round
-(`--set rounds=1`), the first seed only, one job, tiny benchmark sizes, and its output in a
-temporary working directory (where `scenarios/` is the repository's). Relative output folders
-stay as written, so a `raymm compare` of a folder an earlier `raymm sweep` wrote reads it, as
-a reader would. A `python scenarios/...` script is not run (each has tests of its own and
-takes minutes); its `--help` must list every flag the docs give it.
+Each `raymm ...` command runs as written (as `python -m raymm.app.cli`, in a process of its
+own forked from one that has imported raymm, torch and Ray: `forked_cli`), with small
+settings: the serial executor, one round (`--set rounds=1`), the first seed only, one job, tiny
+benchmark sizes, and its output in a temporary working directory (where `scenarios/` is the
+repository's). Relative output folders stay as written, so a `raymm compare` of a folder an
+earlier `raymm sweep` wrote reads it, as a reader would. A `python scenarios/...` script is
+not run (each has tests of its own and takes minutes); its `--help` must list every flag the
+docs give it.
 
 What cannot run here is skipped with one of the reasons in `REASONS`, listed by the test
 (`-rA` or `-s` shows the list): a cluster, the full datasets when `$RAYMM_DATA` lacks them
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from forked_cli import ForkedCli
 
 from helpers import REPO
 
@@ -263,12 +266,13 @@ def inputs(argv: list[str]) -> list[str]:
     return out
 
 
-def run_raymm(argv: list[str], cwd: Path, exported: dict[str, str]
+def run_raymm(cli: ForkedCli, argv: list[str], cwd: Path, exported: dict[str, str]
               ) -> subprocess.CompletedProcess[str]:
+    """`python -m raymm.app.cli ARGV` in `cwd`, in a process of its own forked from one that
+    has imported raymm, torch and Ray (`forked_cli`: the imports were half this test's time)."""
     env = {**os.environ, **exported, "RAYMM_NO_PROGRESS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [exported.get("PYTHONPATH")])])
-    return subprocess.run([sys.executable, "-m", "raymm.app.cli", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return cli.run(argv, cwd, env, timeout=900)
 
 
 HELP: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
@@ -315,37 +319,41 @@ def test_documented_commands_run(tmp_path):
     require_data = os.environ.get("RAYMM_REQUIRE_DATA", "") not in ("", "0")
     done: set[tuple[str, ...]] = set()
     exported: dict[str, str] = {}
-    for i, p in enumerate(plans):
-        if i and p.where.split(":")[0] != plans[i - 1].where.split(":")[0]:
-            exported = {}   # a shell per file
-        if p.export:
-            exported.update(p.export)
-            continue
-        if not p.skip and p.argv[:1] == ["compare"] and (
-                lost := [a for a in inputs(p.argv) if not (work / a).exists()]):
-            p.skip, p.detail = "depends", ", ".join(lost)
-        if p.skip == "data" and require_data:
-            failures.append(f"{p.where}: {p.command}: data missing under "
-                            f"RAYMM_REQUIRE_DATA=1: {p.detail}")
-        elif p.skip:
-            skipped.append(f"{p.where}: {p.command}  [{REASONS[p.skip]}"
-                           f"{': ' + p.detail if p.detail else ''}]")
-        elif p.script:
-            problem = check_script(p.script)
-            checked.append(f"{p.where}: {p.command}")
-            if problem:
-                failures.append(f"{p.where}: {p.command}: {problem}")
-        elif (key := (*p.argv, *sorted(exported.items()))) in done:   # shown twice
-            ran.append(f"{p.where}: raymm {shlex.join(p.argv)} (ran above)")
-        else:
-            done.add(key)
-            t0 = time.perf_counter()
-            res = run_raymm(p.argv, work, exported)
-            ran.append(f"{p.where}: raymm {shlex.join(p.argv)}  "
-                       f"({time.perf_counter() - t0:.0f} s)")
-            if res.returncode != 0:
-                failures.append(f"{p.where}: raymm {shlex.join(p.argv)} exited "
-                                f"{res.returncode}:\n{res.stdout[-1500:]}\n{res.stderr[-3000:]}")
+    cli = ForkedCli({**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        for i, p in enumerate(plans):
+            if i and p.where.split(":")[0] != plans[i - 1].where.split(":")[0]:
+                exported = {}   # a shell per file
+            if p.export:
+                exported.update(p.export)
+                continue
+            if not p.skip and p.argv[:1] == ["compare"] and (
+                    lost := [a for a in inputs(p.argv) if not (work / a).exists()]):
+                p.skip, p.detail = "depends", ", ".join(lost)
+            if p.skip == "data" and require_data:
+                failures.append(f"{p.where}: {p.command}: data missing under "
+                                f"RAYMM_REQUIRE_DATA=1: {p.detail}")
+            elif p.skip:
+                skipped.append(f"{p.where}: {p.command}  [{REASONS[p.skip]}"
+                               f"{': ' + p.detail if p.detail else ''}]")
+            elif p.script:
+                problem = check_script(p.script)
+                checked.append(f"{p.where}: {p.command}")
+                if problem:
+                    failures.append(f"{p.where}: {p.command}: {problem}")
+            elif (key := (*p.argv, *sorted(exported.items()))) in done:   # shown twice
+                ran.append(f"{p.where}: raymm {shlex.join(p.argv)} (ran above)")
+            else:
+                done.add(key)
+                t0 = time.perf_counter()
+                res = run_raymm(cli, p.argv, work, exported)
+                ran.append(f"{p.where}: raymm {shlex.join(p.argv)}  "
+                           f"({time.perf_counter() - t0:.0f} s)")
+                if res.returncode != 0:
+                    failures.append(f"{p.where}: raymm {shlex.join(p.argv)} exited "
+                                    f"{res.returncode}:\n{res.stdout[-1500:]}\n{res.stderr[-3000:]}")
+    finally:
+        cli.close()
     report = ["ran:", *ran, "", "scripts checked (--help lists their flags):", *checked, "",
               "skipped:", *skipped]
     print("\n".join(report))

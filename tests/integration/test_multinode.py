@@ -77,6 +77,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_two_node_cluster_runs_a_scenario_on_both_nodes(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
            "RAY_USAGE_STATS_ENABLED": "0", "RAYMM_NO_PROGRESS": "1",

@@ -146,6 +146,7 @@ def fault_seed(actors: list[int], n_actors: int, rounds: int, lost: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(1200)
 def test_a_lost_node_costs_a_round_like_injected_kills_of_its_actors(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),

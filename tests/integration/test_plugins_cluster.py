@@ -92,6 +92,7 @@ def rounds(run_dir: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(1200)
 def test_plugin_reaches_nodes_that_lack_it_and_runs_under_job_submit(tmp_path):
     plugin = tmp_path / "plugin"
