@@ -115,12 +115,6 @@ class ForkedCli:
             f.unlink()
         self.dir.rmdir()
 
-    def __enter__(self) -> ForkedCli:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 if __name__ == "__main__":
     serve()
