@@ -109,9 +109,10 @@ def action_of(job: Job) -> Action:
     holds something other than a run of this job's scenario: another configuration, or files
     that are not a run at all."""
     d = job.run_dir
-    if not d.exists() or (d.is_dir() and not any(d.iterdir())):
+    entries = list(d.iterdir()) if d.is_dir() else None
+    if not d.exists() or entries == []:
         return "new"
-    if d.is_dir() and all(is_leftover(e) for e in d.iterdir()):
+    if entries and all(is_leftover(e) for e in entries):
         return "restart"   # only what a write cut short left (a sweep killed mid-pull)
     if not (d / "config.yaml").is_file():
         raise RaymmError(f"sweep: {d} exists but is not a run directory (no config.yaml); "

@@ -16,10 +16,14 @@ def _umask() -> int:
     return mask
 
 
+#: what an `atomic_output` writes to before its rename: `.<name>.<random><PART_SUFFIX>`
+PART_SUFFIX = ".part"
+
+
 def is_leftover(path: Path) -> bool:
     """Whether `path` is the hidden temp file of an `atomic_output` whose process was killed
     before the rename (what a SIGKILL mid-write leaves; nothing reads it)."""
-    return path.name.startswith(".") and path.name.endswith(".part")
+    return path.name.startswith(".") and path.name.endswith(PART_SUFFIX)
 
 
 @contextmanager
@@ -29,7 +33,7 @@ def atomic_output(dest: Path) -> Iterator[BinaryIO]:
     block (raise one to reject what was written) deletes the temp file, and `dest` is left as
     it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PART_SUFFIX, dir=dest.parent)
     try:
         # mkstemp makes the file 0600; a run's files get the mode any new file would (0644
         # under the usual umask), like TensorBoard's events file beside them
