@@ -78,6 +78,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from raymm import seeding
+from raymm.device.closed_form import closed_form_grads
 from raymm.device.frozen_cache import FrozenEmbeddingCache
 from raymm.device.local_update import Batch, LocalUpdate, Params
 from raymm.device.lockstep_conv import blocked_convolutions, interleaved_rows, takes_interleaved
@@ -306,9 +307,15 @@ class LockstepTrainer:
         encoders = self._encoder_plan(helds, names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
+        # a model and loss known in closed form skip autograd (`raymm.device.closed_form`)
+        grads_of = closed_form_grads(
+            self.model, self.objective, params, anchor,
+            proximal=(0.0, ()) if update.stacked_adam else self.objective.proximal(names),
+            plain=(t.closed_form and not (local_t or keeps or encoders or unread or frozen
+                                          or use_adapter))) \
+            or update.many_devices(anchor, shared, dev_frozen, local_t, keeps, encoders)
         with blocked_convolutions():   # a device's bits whatever its program's size
-            done = update.run(params, batches(), update.many_devices(anchor, shared, dev_frozen,
-                                                                     local_t, keeps, encoders),
+            done = update.run(params, batches(), grads_of,
                               grad_sum=self.objective.needs_grad_mean)
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
                              device=base.device)

@@ -367,6 +367,11 @@ class Objective(Policy, ABC):
     #: to the device's own parameters must not change for that (a proximal term's
     #: (θ - θ_received)² is zero there), and its gradient with respect to it is dropped
     mixes_sensor_sets: bool = False
+    #: with `vectorisable`: `loss` is the task head's mean cross-entropy
+    #: (`raymm.protocol.losses.mean_cross_entropy` of `out.logits`) plus, at most, its
+    #: `proximal` term: a lock-step program may then take the gradient of a model it knows in
+    #: closed form (`raymm.device.closed_form`) instead of through autograd
+    task_cross_entropy: bool = False
 
     @abstractmethod
     def loss(self, inp: LossInputs) -> Tensor:

@@ -1,0 +1,146 @@
+"""Lock-step gradients written out by hand for the models and losses where that pays.
+
+A lock-step step (`LocalUpdate.many_devices`) runs the loss under `vmap` and takes one reverse
+pass of autograd: general, and for a small model mostly overhead. The bench model
+(`scenarios/bench/standard.yaml`: `Linear(64, 64) -> ReLU -> Linear(64, 6)` under plain
+cross-entropy) took 8.3-9.0 ms a step at 250 devices that way, and ~4.3 ms as the batched
+products below (docs/benchmarks.md, 2026-12-06 fifth and sixth sessions).
+
+`closed_form_grads` gives such a gradient function, or None where it does not know the model or
+the loss; the caller then keeps autograd. It knows:
+  * a `MultimodalNet` of one sensor whose encoder, fusion layer and task head make one chain
+    of `Linear` layers with `ReLU` between them (`encoder: identity` or `mlp`, concat fusion,
+    no per-sensor heads, no adapter in use), every weight trained by every device;
+  * an objective whose loss is the task head's mean cross-entropy and, at most, its proximal
+    term (`Objective.task_cross_entropy`: `ce`, so FedAvg and FedProx).
+The numbers are the autograd path's up to float32 rounding (the products and sums run in
+another order): `tests/unit/test_closed_form.py` holds the gradients and losses to it, and a
+device's numbers to every packing. `training.closed_form: false` keeps autograd everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from raymm.device.local_update import Batch, GradFn, Params
+from raymm.models.network import MultimodalNet
+from raymm.protocol.seams import Objective
+
+
+@dataclass(frozen=True)
+class Dense:
+    """One `Linear` layer of the chain: its parameters' names, and whether a ReLU follows."""
+
+    weight: str
+    bias: str | None
+    relu: bool
+
+
+def linear_chain(model: nn.Module) -> tuple[str, list[Dense]] | None:
+    """(the sensor, its layers input to logits) when `model` is one chain of `Linear` and
+    `ReLU` (`Flatten` first), else None."""
+    if type(model) is not MultimodalNet or len(model.sensors) != 1 or model.heads is not None \
+            or model.fusion is None:
+        return None
+    sensor = model.sensors[0]
+    prefixed = [(f"encoders.{sensor}", model.encoders[sensor]), ("fusion", model.fusion),
+                ("head", model.head)]
+    layers: list[Dense] = []
+    first = True
+    for prefix, part in prefixed:
+        mods = list(part.named_children()) if isinstance(part, nn.Sequential) else [("", part)]
+        for name, mod in mods:
+            full = f"{prefix}.{name}" if name else prefix
+            if isinstance(mod, nn.Flatten) and first and not layers:
+                continue
+            first = False
+            if isinstance(mod, nn.Linear):
+                layers.append(Dense(f"{full}.weight",
+                                    f"{full}.bias" if mod.bias is not None else None, False))
+            elif isinstance(mod, nn.ReLU) and layers and not layers[-1].relu:
+                layers[-1] = Dense(layers[-1].weight, layers[-1].bias, True)
+            else:
+                return None
+    return (sensor, layers) if layers and not layers[-1].relu else None
+
+
+def closed_form_grads(model: nn.Module, objective: Objective, params: Params, anchor: Params,
+                      *, proximal: tuple[float, tuple[str, ...]], plain: bool) -> GradFn | None:
+    """The gradient function of a lock-step program (`LocalUpdate.many_devices`'s contract:
+    `(params, batch) -> (loss [k], grads)` for the first k devices), or None where this module
+    does not know the model or the loss. `params`/`anchor`: the program's trained stacks and
+    their starting values; `proximal`: (c, names) of a c·||θ - θ_received||² over those
+    parameters that the loss holds (c = 0: none, or added outside the loss, as `StackedAdam`
+    does); `plain`: nothing else reaches the
+    forward pass (no frozen or shared parameters in the chain, no device tensors, no
+    per-device masks or encoder plan, no adapter)."""
+    if not plain or not objective.task_cross_entropy:
+        return None
+    chain = linear_chain(model)
+    if chain is None:
+        return None
+    sensor, layers = chain
+    names = {n for d in layers for n in (d.weight, d.bias) if n is not None}
+    if names != set(params):
+        return None
+    c, prox_names = proximal
+    rows: dict[int, Params] = {}   # the anchor's first k devices, by k
+
+    def grads(params: Params, batch: Batch) -> tuple[Tensor, Mapping[str, Tensor | None]]:
+        k, b = batch.y.shape
+        if batch.weight is None or batch.embeddings:
+            raise ValueError("a closed-form step takes a lock-step minibatch with row weights "
+                             "and no given embeddings")
+        with torch.no_grad():
+            loss, gs = _chain_step(layers, params, batch.x[sensor].reshape(k, b, -1),
+                                   batch.y, batch.weight)
+            if c:
+                if k not in rows:
+                    rows[k] = {n: anchor[n][:k] for n in prox_names}
+                for n in prox_names:
+                    diff = params[n] - rows[k][n]
+                    gs[n].add_(diff, alpha=2 * c)
+                    loss = loss + c * diff.square().flatten(1).sum(1)
+        return loss, gs
+    return grads
+
+
+def _chain_step(layers: list[Dense], params: Params, x: Tensor, y: Tensor, weight: Tensor
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and reverse pass of the chain on `x` [k, B, D], labels `y` [k, B] and row
+    weights [k, B] (0: padding): each device's weighted mean cross-entropy [k] and the
+    gradients of the stacked [k, ...] parameters."""
+    acts = [x]
+    for d in layers:
+        w = params[d.weight]
+        out = torch.bmm(acts[-1], w.transpose(1, 2)) if d.bias is None else \
+            torch.baddbmm(params[d.bias].unsqueeze(1), acts[-1], w.transpose(1, 2))
+        acts.append(out.relu_() if d.relu else out)
+    logits = acts.pop()
+    # cross-entropy per row, shifted by the row's largest logit (log-sum-exp is invariant)
+    z = logits - logits.amax(dim=2, keepdim=True)
+    e = z.exp()
+    total = e.sum(dim=2, keepdim=True)
+    per_row = total.log().squeeze(2) - z.gather(2, y.unsqueeze(2)).squeeze(2)
+    count = weight.sum(dim=1)
+    loss = (per_row * weight).sum(dim=1) / count
+    # d loss / d logits: (softmax - one-hot) x the row's share of its device's mean
+    delta = e.div_(total)
+    delta.scatter_add_(2, y.unsqueeze(2), torch.full_like(z[..., :1], -1.0))
+    delta.mul_((weight / count.unsqueeze(1)).unsqueeze(2))
+    grads: dict[str, Tensor] = {}
+    for i in range(len(layers) - 1, -1, -1):
+        d, inp = layers[i], acts[i]
+        grads[d.weight] = torch.bmm(delta.transpose(1, 2), inp)
+        if d.bias is not None:
+            grads[d.bias] = delta.sum(dim=1)
+        if i:
+            delta = torch.bmm(delta, params[d.weight])
+            if layers[i - 1].relu:   # ReLU's own backward kernel: a multiply by a bool mask
+                # took 30x as long (2 ms at 250 devices x 32 rows x 64)
+                delta = torch.ops.aten.threshold_backward(delta, inp, 0)
+    return loss, grads
