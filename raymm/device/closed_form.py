@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from raymm.device.local_update import Batch, GradFn, Params
+from raymm.device.local_update import Batch, GradFn, Params, add_proximal
 from raymm.models.network import MultimodalNet
 from raymm.protocol.seams import Objective
 
@@ -101,16 +101,13 @@ def closed_form_grads(model: nn.Module, objective: Objective, params: Params, an
             if c:
                 if k not in rows:
                     rows[k] = {n: anchor[n][:k] for n in prox_names}
-                for n in prox_names:
-                    diff = params[n] - rows[k][n]
-                    gs[n].add_(diff, alpha=2 * c)
-                    loss = loss + c * diff.square().flatten(1).sum(1)
+                loss = add_proximal(loss, gs, params, rows[k], c, prox_names)
         return loss, gs
     return grads
 
 
 def _chain_step(layers: list[Dense], params: Params, x: Tensor, y: Tensor, weight: Tensor
-                ) -> tuple[Tensor, dict[str, Tensor]]:
+                ) -> tuple[Tensor, dict[str, Tensor | None]]:
     """Forward and reverse pass of the chain on `x` [k, B, D], labels `y` [k, B] and row
     weights [k, B] (0: padding): each device's weighted mean cross-entropy [k] and the
     gradients of the stacked [k, ...] parameters."""
@@ -132,7 +129,7 @@ def _chain_step(layers: list[Dense], params: Params, x: Tensor, y: Tensor, weigh
     delta = e.div_(total)
     delta.scatter_add_(2, y.unsqueeze(2), torch.full_like(z[..., :1], -1.0))
     delta.mul_((weight / count.unsqueeze(1)).unsqueeze(2))
-    grads: dict[str, Tensor] = {}
+    grads: dict[str, Tensor | None] = {}
     for i in range(len(layers) - 1, -1, -1):
         d, inp = layers[i], acts[i]
         grads[d.weight] = torch.bmm(delta.transpose(1, 2), inp)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -54,7 +54,8 @@ from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
 from raymm.device.stacked_adam import StackedAdam
-from raymm.protocol.seams import LossInputs, Objective
+from raymm.models.network import RaymmNet
+from raymm.protocol.seams import ClosedFormLoss, LossInputs, Objective
 
 Params = dict[str, Tensor]
 Grads = Mapping[str, Tensor | None]
@@ -82,7 +83,7 @@ class EncoderPlan(Protocol):
     def embeddings(self, params: Params, x: Mapping[str, Tensor], k: int
                    ) -> dict[str, Tensor]: ...
 
-    def zero_grads(self, grads: dict[str, Tensor], params: Params) -> None: ...
+    def zero_grads(self, grads: MutableMapping[str, Tensor | None], params: Params) -> None: ...
 
 
 class ModuleCall:
@@ -265,14 +266,18 @@ class LocalUpdate:
 
     def many_devices(self, anchor: Params, shared: Params, frozen: Params,
                      local: Params, keeps: Mapping[str, Tensor] | None = None,
-                     encoders: EncoderPlan | None = None) -> GradFn:
+                     encoders: EncoderPlan | None = None,
+                     closed: ClosedFormLoss | None = None) -> GradFn:
         """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
         `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
         along the device axis; `shared` (untrained, the same for all) is not. `keeps`: per
         parameter that not every device trains, bool [G] (True: the device trains it); the
         others' gradients are zero, so an optimizer without weight decay leaves their values
         exactly as they were. `encoders`: sensors whose encoder only some devices run on their
-        data (the others lack the sensor and do not train it)."""
+        data (the others lack the sensor and do not train it). `closed`: the objective's loss
+        after the encoders in closed form (`Objective.closed_form_loss`), which then takes the
+        place of the model's fusion and heads and of `loss` under `vmap`; the encoders run
+        under `vmap`, their gradients from the embeddings' by autograd."""
         keeps = keeps or {}
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
                 emb: Params) -> Tensor:
@@ -301,9 +306,13 @@ class LocalUpdate:
             emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
             if encoders is not None:
                 emb.update(encoders.embeddings(leaves, batch.x, k))
-            loss = losses_of(leaves, *rows[k], batch, emb)
-            gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
-                                                      allow_unused=True)))
+            gs: dict[str, Tensor | None]
+            if closed is not None:
+                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0])
+            else:
+                loss = losses_of(leaves, *rows[k], batch, emb)
+                gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
+                                                          allow_unused=True)))
             if encoders is not None:
                 encoders.zero_grads(gs, leaves)
             for n, drop in dropped_rows(k).items():
@@ -312,6 +321,44 @@ class LocalUpdate:
                     gs[n] = g.index_fill(0, drop, 0.0)
             return loss.detach(), gs
         return grads
+
+    def _closed_step(self, closed: ClosedFormLoss, leaves: Params, emb: dict[str, Tensor],
+                     batch: Batch, anchor: Params) -> tuple[Tensor, dict[str, Tensor | None]]:
+        """`many_devices`'s step through a closed-form loss: every sensor's embeddings (the
+        given ones, zeros for the unread, the rest from its encoder under `vmap`), the loss and
+        gradients from `closed`, the encoders' gradients by autograd from the embeddings'."""
+        model = self.call.model
+        assert isinstance(model, RaymmNet) and isinstance(model.encoders, nn.ModuleDict)
+        assert batch.weight is not None   # a lock-step minibatch
+        k, rows = batch.y.shape
+        for m in model.sensors:   # `RaymmNet.takes_embeddings`: `model.encoders` is per sensor
+            if m in self.unread:
+                emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
+            elif m not in emb:
+                names = self._encoder_names(m)
+                encoder = model.encoders[m]
+                emb[m] = vmap(lambda p, xb, enc=encoder: self.call.run(p, enc, xb))(
+                    {n: leaves[n] for n in names}, batch.x[m])
+        with torch.no_grad():
+            loss, head, d_emb = closed(leaves, emb, batch.y, batch.present, batch.weight,
+                                       self.extras)
+        grads: dict[str, Tensor | None] = dict.fromkeys(leaves)
+        grads.update(head)
+        reached = [m for m in d_emb if emb[m].requires_grad]
+        wanted = [n for n in leaves if n not in head]
+        if reached and wanted:
+            found = torch.autograd.grad([emb[m] for m in reached], [leaves[n] for n in wanted],
+                                        grad_outputs=[d_emb[m] for m in reached],
+                                        allow_unused=True)
+            grads.update(zip(wanted, found))
+        c, prox = (0.0, ()) if self.stacked_adam else self.objective.proximal(list(leaves))
+        if c:
+            loss = add_proximal(loss, grads, leaves, anchor, c, prox)
+        return loss, grads
+
+    def _encoder_names(self, sensor: str) -> list[str]:
+        prefix = f"encoders.{sensor}."
+        return [n for n in self.call.slots if n.startswith(prefix)]
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
              keep_grads: bool = True) -> tuple[Params, OptimizerState, Tensor, Grads]:
@@ -367,6 +414,19 @@ class LocalUpdate:
             prox = adam.step(grads, k)
             losses.append(loss if prox is None else loss + prox)
         return UpdateResult(adam.params(), losses, adam.grad_sums())
+
+
+def add_proximal(loss: Tensor, grads: dict[str, Tensor | None], params: Params,
+                 anchor: Params, c: float, names: Iterable[str]) -> Tensor:
+    """A proximal term c·||θ - θ_received||² over `names` added to a hand-written step of
+    stacked devices: its gradient 2c(θ - θ_received) to `grads` (in place), its value to each
+    device's `loss` [k], which is returned."""
+    for n in names:
+        diff = params[n] - anchor[n]
+        g = grads.get(n)
+        grads[n] = diff.mul(2 * c) if g is None else g.add_(diff, alpha=2 * c)
+        loss = loss + c * diff.square().flatten(1).sum(1)
+    return loss
 
 
 def _spare(grads: Grads, params: Params) -> set[str]:

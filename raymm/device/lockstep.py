@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -86,7 +86,7 @@ from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.messages import Broadcast
-from raymm.protocol.seams import DeviceFinish, Objective
+from raymm.protocol.seams import ClosedFormLoss, DeviceFinish, Objective
 
 log = logging.getLogger("raymm.device.lockstep")
 
@@ -307,13 +307,15 @@ class LockstepTrainer:
         encoders = self._encoder_plan(helds, names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
-        # a model and loss known in closed form skip autograd (`raymm.device.closed_form`)
+        # a model and loss known in closed form skip autograd (`raymm.device.closed_form`),
+        # else an objective's loss after the encoders may (`Objective.closed_form_loss`)
         grads_of = closed_form_grads(
             self.model, self.objective, params, anchor,
             proximal=(0.0, ()) if update.stacked_adam else self.objective.proximal(names),
             plain=(t.closed_form and not (local_t or keeps or encoders or unread or frozen
                                           or use_adapter))) \
-            or update.many_devices(anchor, shared, dev_frozen, local_t, keeps, encoders)
+            or update.many_devices(anchor, shared, dev_frozen, local_t, keeps, encoders,
+                                   self._closed_loss(names, frozen, unread, local_t))
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), grads_of,
                               grad_sum=self.objective.needs_grad_mean)
@@ -323,6 +325,18 @@ class LockstepTrainer:
             losses[:len(loss), i] = loss
         return self._rows(reqs, sources, groups, done.params, losses,
                           own_steps * t.local_epochs, done.grad_sum)
+
+    def _closed_loss(self, names: list[str], frozen: list[str], unread: Mapping[str, int],
+                     local_t: Params) -> ClosedFormLoss | None:
+        """The objective's loss after the encoders in closed form, where it has one for this
+        program (`Objective.closed_form_loss`): every encoder it runs trained, no device
+        tensors."""
+        if not self.base.training.closed_form or local_t or not self.model.takes_embeddings:
+            return None
+        run = [m for m in self.sensors if m not in frozen and m not in unread]
+        if not all(set(self.encoder_params[m]) <= set(names) for m in run):
+            return None
+        return self.objective.closed_form_loss(self.model, names, self.use_adapter)
 
     def _sources(self, r: Request) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `SequentialTrainer.train` loads

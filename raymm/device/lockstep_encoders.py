@@ -85,7 +85,7 @@ class SensorEncoders:
             out[m] = emb if back is None else emb.index_select(0, back)
         return out
 
-    def zero_grads(self, grads: MutableMapping[str, Tensor], params: Params) -> None:
+    def zero_grads(self, grads: MutableMapping[str, Tensor | None], params: Params) -> None:
         """A planned encoder no device of a step runs gets zero gradients, not none: as when
         every device's gradient of it is dropped, the optimizer still counts the step."""
         for names, _ in self.plan.values():
