@@ -432,8 +432,8 @@ class Objective(Policy, ABC):
         programs training `trained` (names of stacked parameters) of `model` (`use_adapter`: as
         `LossInputs.out` was made); None where the objective has none for this model (the
         default): the program then runs `loss` under `vmap` and autograd. It must agree with
-        `loss` to float32 rounding (`tests/unit/test_tide_closed_form.py` holds TIDE's so), and
-        leave out the proximal term only where `proximal` names it."""
+        `loss` to float32 rounding (`tests/unit/test_tide_closed_form.py` holds TIDE's so),
+        less the term `proximal` names, which the trainer adds."""
         return None
 
     def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor, held_t: Tensor,
