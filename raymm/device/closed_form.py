@@ -50,14 +50,12 @@ def linear_chain(model: nn.Module) -> tuple[str, list[Dense]] | None:
     prefixed = [(f"encoders.{sensor}", model.encoders[sensor]), ("fusion", model.fusion),
                 ("head", model.head)]
     layers: list[Dense] = []
-    first = True
     for prefix, part in prefixed:
         mods = list(part.named_children()) if isinstance(part, nn.Sequential) else [("", part)]
         for name, mod in mods:
             full = f"{prefix}.{name}" if name else prefix
-            if isinstance(mod, nn.Flatten) and first and not layers:
+            if isinstance(mod, nn.Flatten) and not layers:   # a vector input: a view
                 continue
-            first = False
             if isinstance(mod, nn.Linear):
                 layers.append(Dense(f"{full}.weight",
                                     f"{full}.bias" if mod.bias is not None else None, False))
@@ -75,9 +73,8 @@ def closed_form_grads(model: nn.Module, objective: Objective, params: Params, an
     does not know the model or the loss. `params`/`anchor`: the program's trained stacks and
     their starting values; `proximal`: (c, names) of a c·||θ - θ_received||² over those
     parameters that the loss holds (c = 0: none, or added outside the loss, as `StackedAdam`
-    does); `plain`: nothing else reaches the
-    forward pass (no frozen or shared parameters in the chain, no device tensors, no
-    per-device masks or encoder plan, no adapter)."""
+    does); `plain`: nothing else reaches the forward pass (no frozen or shared parameters in
+    the chain, no device tensors, no per-device masks or encoder plan, no adapter)."""
     if not plain or not objective.task_cross_entropy:
         return None
     chain = linear_chain(model)
