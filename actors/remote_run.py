@@ -29,6 +29,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from actors.ray_executor import ensure_ray
 from raymm.config.schema import ExecutionSpec
 from raymm.io.atomic import atomic_output
+from raymm.io.paths import CONFIG_FILE
 
 #: a file's identity for `pull`: (size, mtime in ns)
 Stamp = tuple[int, int]
@@ -85,7 +86,7 @@ class RunDriver:
 
 #: written first by `write_changes`: the file that makes a folder a run directory
 #: (`raymm.app.sweep_plan.action_of`)
-RUN_MARKER = "config.yaml"
+RUN_MARKER = CONFIG_FILE
 
 
 def write_changes(run_dir: Path, changes: Mapping[str, bytes | None]) -> None:

@@ -31,7 +31,7 @@ from raymm.driver.loop import LoopEnd, drive
 from raymm.driver.rundir import EXPORTS, RunWriter, export_formats, named_run_dir, new_run_dir
 from raymm.driver.summary import devices_table, finish_run
 from raymm.errors import Interrupted, RaymmError
-from raymm.io.paths import writable_dir_problem
+from raymm.io.paths import CONFIG_FILE, writable_dir_problem
 from raymm.models import saved
 from raymm.models.network import RaymmNet
 from raymm.server import divergence
@@ -161,7 +161,7 @@ def _new_run(sc: Scenario, world: World, out: str | Path | None,
         out if out is not None else sc.output.dir, sc.name)
     writer = RunWriter(path, sc.to_dict(), sc.output.tensorboard,
                        budget_gib=sc.eval.budget_gib)
-    writer.add_text("scenario", "```yaml\n" + (path / "config.yaml").read_text() + "```")
+    writer.add_text("scenario", "```yaml\n" + (path / CONFIG_FILE).read_text() + "```")
     writer.write_devices(devices_table(world.population))
     writer.start_pictures(world.population, world.dataset, sc.rounds)
     record_plugins(path, sc)

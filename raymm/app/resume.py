@@ -16,6 +16,7 @@ from raymm.config.schema import Scenario, read_yaml
 from raymm.driver import checkpoint
 from raymm.driver.rundir import RunWriter
 from raymm.errors import ResumeError
+from raymm.io.paths import CONFIG_FILE
 from raymm.sim.engine import Executor, World
 
 
@@ -26,7 +27,7 @@ def resolve_resume(resume: str | Path,
     well must be the same one (where and how it executes may differ)."""
     run_dir = Path(resume)
     ckpt = checkpoint.load(run_dir)
-    saved = load_scenario(read_yaml(run_dir / "config.yaml"))
+    saved = load_scenario(read_yaml(run_dir / CONFIG_FILE))
     if checkpoint.scenario_digest(saved.to_dict()) != ckpt.scenario_digest:
         raise ResumeError(f"--resume: {run_dir}/config.yaml no longer matches its checkpoint")
     if scenario is not None or overrides:

@@ -24,6 +24,7 @@ from raymm.config.schema import Scenario, read_yaml
 from raymm.driver import checkpoint
 from raymm.errors import RaymmError, ScenarioError
 from raymm.io.atomic import is_leftover
+from raymm.io.paths import CONFIG_FILE
 
 #: what a job needs: run it, continue it, start it over, nothing (done), or nothing because it
 #: diverged last time (deterministic: it would again)
@@ -114,7 +115,7 @@ def action_of(job: Job) -> Action:
         return "new"
     if entries and all(is_leftover(e) for e in entries):
         return "restart"   # only what a write cut short left (a sweep killed mid-pull)
-    if not (d / "config.yaml").is_file():
+    if not (d / CONFIG_FILE).is_file():
         raise RaymmError(f"sweep: {d} exists but is not a run directory (no config.yaml); "
                          "move it away or choose another --out")
     if saved_digest(d) != checkpoint.scenario_digest(job.scenario.to_dict()):
@@ -134,7 +135,7 @@ def saved_digest(d: Path) -> str:
     the run in `d`, read back through validation like a resumed run's."""
 
     try:
-        saved = load_scenario(read_yaml(d / "config.yaml"))
+        saved = load_scenario(read_yaml(d / CONFIG_FILE))
     except (RaymmError, OSError, ValueError) as exc:
         raise RaymmError(f"sweep: {d}/config.yaml is unreadable: {exc}") from None
     return checkpoint.scenario_digest(saved.to_dict())

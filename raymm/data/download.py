@@ -24,7 +24,6 @@ import http.client
 import io
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -37,6 +36,7 @@ from typing import BinaryIO
 
 from raymm.data.base import data_root
 from raymm.errors import DataError, RaymmError
+from raymm.io.atomic import staging_file
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,7 @@ def download(name: str, out_dir: str | os.PathLike[str] | None = None, *, url: s
             if dest.exists() and not force:
                 results[remote.filename] = _check_present(src, remote, dest, expected)
                 continue
-            tmp = _staging(dest)
+            tmp = staging_file(dest)
             staged.append((tmp, dest))
             results[remote.filename] = _fetch_verified(src, remote, urls, tmp, dest, expected,
                                                        progress, timeout)
@@ -299,20 +299,6 @@ def download(name: str, out_dir: str | os.PathLike[str] | None = None, *, url: s
 
 def _remote_name(remote: Remote) -> str:
     return remote.urls[0].rsplit("/", 1)[-1] if remote.urls else remote.filename
-
-
-def _staging(dest: Path) -> Path:
-    """A hidden, empty temp file beside `dest` (same folder, so the rename is atomic), with the
-    mode any new file gets (mkstemp makes it 0600)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        mask = os.umask(0o22)  # the only way to read the umask is to set it
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-    finally:
-        os.close(fd)
-    return Path(tmp)
 
 
 def _remove(staged: list[tuple[Path, Path]]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from raymm.errors import ResumeError
 from raymm.io import statefile
 from raymm.io.atomic import atomic_output
+from raymm.io.paths import CONFIG_FILE
 from raymm.sim.engine import Executor
 
 KIND = "raymm-checkpoint"
@@ -108,7 +109,7 @@ def load(run_dir: Path, say: Callable[[str], None] = _stderr) -> Checkpoint:
     there is none. Newer ones that fail verification are reported through `say`."""
     if not run_dir.is_dir():
         raise ResumeError(f"--resume: {run_dir} is not a directory")
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG_FILE).is_file():
         raise ResumeError(f"--resume: {run_dir} is not a raymm run directory (no config.yaml)")
     failed: list[str] = []
     for _, path in candidates(run_dir):

@@ -22,7 +22,7 @@ from raymm.config.strict_yaml import dump_yaml
 from raymm.data.base import Dataset
 from raymm.errors import RaymmError
 from raymm.io.atomic import atomic_output
-from raymm.io.paths import inside, name_problems
+from raymm.io.paths import CONFIG_FILE, inside, name_problems
 from raymm.population.availability import online_counts
 from raymm.population.devices import Population
 from raymm.protocol.record import RoundRecord
@@ -124,7 +124,7 @@ class RunWriter:
         self.class_names: tuple[str, ...] = ()
         self.budget_gib = budget_gib  # marked (B and B/2) on the accuracy-vs-traffic picture
         if config is not None:
-            atomic_write_bytes(path / "config.yaml",
+            atomic_write_bytes(path / CONFIG_FILE,
                                dump_yaml(config).encode())
         self.tb = None
         if tensorboard:

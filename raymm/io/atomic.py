@@ -26,19 +26,28 @@ def is_leftover(path: Path) -> bool:
     return path.name.startswith(".") and path.name.endswith(PART_SUFFIX)
 
 
+def staging_file(dest: Path) -> Path:
+    """A new, empty hidden `.part` temp file beside `dest` (the same folder: renaming it over
+    `dest` is atomic), with the mode any new file gets: mkstemp makes it 0600, a run's files
+    and downloads get 0644 under the usual umask, like TensorBoard's events file beside them."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PART_SUFFIX, dir=dest.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
+    return Path(tmp)
+
+
 @contextmanager
 def atomic_output(dest: Path) -> Iterator[BinaryIO]:
     """Yields a binary file open on a hidden `.part` temp file beside `dest`; when the block
     ends normally the file is flushed to disk and renamed over `dest`. Any exception in the
     block (raise one to reject what was written) deletes the temp file, and `dest` is left as
     it was."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PART_SUFFIX, dir=dest.parent)
+    tmp = staging_file(dest)
     try:
-        # mkstemp makes the file 0600; a run's files get the mode any new file would (0644
-        # under the usual umask), like TensorBoard's events file beside them
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -10,6 +10,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+#: a run directory's scenario, the first file written into it: a folder holding it is a run
+#: directory (a run's other files: `raymm.driver.rundir`)
+CONFIG_FILE = "config.yaml"
 #: run names: letters, digits, `.`, `_`, `-`, starting with a letter or digit; the run
 #: directory `<name>-<YYYYmmdd-HHMMSS>[-n]` then stays well under a file name's 255 bytes
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
