@@ -84,17 +84,12 @@ class RunDriver:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-#: written first by `write_changes`: the file that makes a folder a run directory
-#: (`raymm.app.sweep_plan.action_of`)
-RUN_MARKER = CONFIG_FILE
-
-
 def write_changes(run_dir: Path, changes: Mapping[str, bytes | None]) -> None:
     """Apply `RunDriver.changed` to the local run directory: `config.yaml` first, then the
     other files, removals last. A pull cut short (the sweep killed) then never leaves a run's
     files without its `config.yaml`: a folder the next sweep would refuse as not a run
     directory (the changes come in path order, and `checkpoints/` sorts before it)."""
-    for rel, data in sorted(changes.items(), key=lambda kv: (kv[1] is None, kv[0] != RUN_MARKER)):
+    for rel, data in sorted(changes.items(), key=lambda kv: (kv[1] is None, kv[0] != CONFIG_FILE)):
         dest = run_dir / rel
         if data is None:
             dest.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from policies.objective.tide import NO_PROTOTYPE_LOGIT, TideObjectiveParams
 from raymm.models.network import MultimodalNet
-from raymm.protocol.losses import PADDING_LOGIT
+from raymm.protocol.losses import PADDING_LOGIT, cross_entropy_with_grad
 
 #: F.normalize's default floor on the norm
 NORM_EPS = 1e-12
@@ -33,19 +33,6 @@ NORM_EPS = 1e-12
 def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """Per device `x @ w.T + b`: x [k, B, in], w [k, out, in], b [k, out]."""
     return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
-
-
-def _cross_entropy(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-row cross-entropy [k, B] of logits [k, B, C] (as
-    `raymm.protocol.losses.cross_entropy_rows` computes it) and its gradient with respect to
-    the logits, softmax minus one-hot [k, B, C]."""
-    z = logits - logits.amax(dim=-1, keepdim=True)
-    e = z.exp()
-    total = e.sum(dim=-1, keepdim=True)
-    rows = total.log().squeeze(-1) - z.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    grad = e.div_(total)
-    grad.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(grad[..., :1], -1.0))
-    return rows, grad
 
 
 class _Normalized:
@@ -113,12 +100,13 @@ class TideClosedForm:
 
         joined = torch.cat([emb[m] for m in sensors], dim=-1)
         z = _linear(joined, params["fusion.0.weight"], params["fusion.0.bias"]).relu_()
-        rows, d_logits = _cross_entropy(_linear(z, params["head.weight"], params["head.bias"]), y)
+        rows, d_logits = cross_entropy_with_grad(
+            _linear(z, params["head.weight"], params["head.bias"]), y)
         loss = mean(rows)
         if self.adapter:   # the personal path, from detached z and head
             hidden = _linear(z, params["adapter.0.weight"], params["adapter.0.bias"]).relu_()
             own = z + _linear(hidden, params["adapter.2.weight"], params["adapter.2.bias"])
-            rows, d_personal = _cross_entropy(
+            rows, d_personal = cross_entropy_with_grad(
                 _linear(own, params["head.weight"], params["head.bias"]), y)
             loss = loss + mean(rows)
         d_emb: dict[str, Tensor] = {}
@@ -127,8 +115,8 @@ class TideClosedForm:
             share_h = p.lambda_h * presence / presence.sum(-1, keepdim=True).clamp(min=1.0)
             per = []
             for j, m in enumerate(sensors):
-                rows, grad = _cross_entropy(_linear(emb[m], params[f"heads.{m}.weight"],
-                                                    params[f"heads.{m}.bias"]), y)
+                rows, grad = cross_entropy_with_grad(
+                    _linear(emb[m], params[f"heads.{m}.weight"], params[f"heads.{m}.bias"]), y)
                 per.append(mean(rows))
                 d_sensor[m] = grad.mul_(share * share_h[:, j, None, None])
             loss = loss + p.lambda_h * (torch.stack(per, -1) * presence).sum(-1) \
@@ -160,8 +148,8 @@ class TideClosedForm:
                 omega = torch.bmm(na, nb.transpose(1, 2)) / p.kappa_c        # [k, B, B]
                 target = torch.arange(omega.shape[-1], device=omega.device).expand(
                     omega.shape[:-1])
-                by_row, d_row = _cross_entropy(omega + padding, target)
-                by_col, d_col = _cross_entropy(omega.transpose(1, 2) + padding, target)
+                by_row, d_row = cross_entropy_with_grad(omega + padding, target)
+                by_col, d_col = cross_entropy_with_grad(omega.transpose(1, 2) + padding, target)
                 pair = 0.5 * ((by_row * weight).sum(-1) / count
                               + (by_col * weight).sum(-1) / count)
                 total = total + both * pair
@@ -186,7 +174,7 @@ class TideClosedForm:
         normed = _Normalized(z)
         protos = F.normalize(extras["prototypes"], dim=1)
         logits = (normed.value @ protos.T / p.kappa_p).masked_fill(missing, NO_PROTOTYPE_LOGIT)
-        rows, grad = _cross_entropy(logits, y)
+        rows, grad = cross_entropy_with_grad(logits, y)
         counted = mask[y] * weight
         total = counted.sum(-1).clamp(min=1.0)
         term = p.lambda_p * (rows * counted).sum(-1) / total

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from raymm.device.local_update import Batch, GradFn, Params, add_proximal
 from raymm.models.network import MultimodalNet
+from raymm.protocol.losses import cross_entropy_with_grad
 from raymm.protocol.seams import Objective
 
 
@@ -114,17 +115,10 @@ def _chain_step(layers: list[Dense], params: Params, x: Tensor, y: Tensor, weigh
         out = torch.bmm(acts[-1], w.transpose(1, 2)) if d.bias is None else \
             torch.baddbmm(params[d.bias].unsqueeze(1), acts[-1], w.transpose(1, 2))
         acts.append(out.relu_() if d.relu else out)
-    logits = acts.pop()
-    # cross-entropy per row, shifted by the row's largest logit (log-sum-exp is invariant)
-    z = logits - logits.amax(dim=2, keepdim=True)
-    e = z.exp()
-    total = e.sum(dim=2, keepdim=True)
-    per_row = total.log().squeeze(2) - z.gather(2, y.unsqueeze(2)).squeeze(2)
+    per_row, delta = cross_entropy_with_grad(acts.pop(), y)
     count = weight.sum(dim=1)
     loss = (per_row * weight).sum(dim=1) / count
     # d loss / d logits: (softmax - one-hot) x the row's share of its device's mean
-    delta = e.div_(total)
-    delta.scatter_add_(2, y.unsqueeze(2), torch.full_like(z[..., :1], -1.0))
     delta.mul_((weight / count.unsqueeze(1)).unsqueeze(2))
     grads: dict[str, Tensor | None] = {}
     for i in range(len(layers) - 1, -1, -1):

@@ -236,6 +236,12 @@ class LocalUpdate:
                            "split_adapter": use_adapter and bool(objective.split_adapter)}
         self.held, self.extras, self.round, self.groups = held, extras, round, groups
 
+    def proximal_in_loss(self, trained: Iterable[str]) -> tuple[float, tuple[str, ...]]:
+        """(c, names) of the objective's proximal term where `loss` holds it, (0, ()) where the
+        program adds it outside (`stacked_adam`) or there is none: what a hand-written step
+        (`raymm.device.closed_form`, `Objective.closed_form_loss`) must add itself."""
+        return (0.0, ()) if self.stacked_adam else self.objective.proximal(list(trained))
+
     def loss(self, train: Params, anchor: Params, fixed: Params, local: Params,
              batch: Batch, embeddings: Params | None = None) -> Tensor:
         """The objective's loss of one minibatch of one device: the module run with `train`
@@ -267,7 +273,8 @@ class LocalUpdate:
     def many_devices(self, anchor: Params, shared: Params, frozen: Params,
                      local: Params, keeps: Mapping[str, Tensor] | None = None,
                      encoders: EncoderPlan | None = None,
-                     closed: ClosedFormLoss | None = None) -> GradFn:
+                     closed: ClosedFormLoss | None = None,
+                     encoder_params: Mapping[str, list[str]] | None = None) -> GradFn:
         """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
         `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
         along the device axis; `shared` (untrained, the same for all) is not. `keeps`: per
@@ -277,8 +284,12 @@ class LocalUpdate:
         data (the others lack the sensor and do not train it). `closed`: the objective's loss
         after the encoders in closed form (`Objective.closed_form_loss`), which then takes the
         place of the model's fusion and heads and of `loss` under `vmap`; the encoders run
-        under `vmap`, their gradients from the embeddings' by autograd."""
+        under `vmap` (`encoder_params`: each sensor's encoder's parameter names), their
+        gradients from the embeddings' by autograd."""
         keeps = keeps or {}
+        # the proximal term a closed-form loss leaves to the program
+        prox = self.proximal_in_loss(anchor) if closed is not None else (0.0, ())
+
         def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
                 emb: Params) -> Tensor:
             return self.loss(train, anc, {**shared, **frz}, loc, batch, emb)
@@ -308,7 +319,8 @@ class LocalUpdate:
                 emb.update(encoders.embeddings(leaves, batch.x, k))
             gs: dict[str, Tensor | None]
             if closed is not None:
-                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0])
+                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0], prox,
+                                             encoder_params or {})
             else:
                 loss = losses_of(leaves, *rows[k], batch, emb)
                 gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
@@ -323,10 +335,13 @@ class LocalUpdate:
         return grads
 
     def _closed_step(self, closed: ClosedFormLoss, leaves: Params, emb: dict[str, Tensor],
-                     batch: Batch, anchor: Params) -> tuple[Tensor, dict[str, Tensor | None]]:
+                     batch: Batch, anchor: Params, prox: tuple[float, tuple[str, ...]],
+                     encoder_names: Mapping[str, list[str]]
+                     ) -> tuple[Tensor, dict[str, Tensor | None]]:
         """`many_devices`'s step through a closed-form loss: every sensor's embeddings (the
         given ones, zeros for the unread, the rest from its encoder under `vmap`), the loss and
-        gradients from `closed`, the encoders' gradients by autograd from the embeddings'."""
+        gradients from `closed`, the encoders' gradients by autograd from the embeddings', and
+        the proximal term `prox` where the loss would hold it."""
         model = self.call.model
         assert isinstance(model, RaymmNet) and isinstance(model.encoders, nn.ModuleDict)
         assert batch.weight is not None   # a lock-step minibatch
@@ -335,10 +350,9 @@ class LocalUpdate:
             if m in self.unread:
                 emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
             elif m not in emb:
-                names = self._encoder_names(m)
                 encoder = model.encoders[m]
                 emb[m] = vmap(lambda p, xb, enc=encoder: self.call.run(p, enc, xb))(
-                    {n: leaves[n] for n in names}, batch.x[m])
+                    {n: leaves[n] for n in encoder_names[m]}, batch.x[m])
         with torch.no_grad():
             loss, head, d_emb = closed(leaves, emb, batch.y, batch.present, batch.weight,
                                        self.extras)
@@ -351,14 +365,10 @@ class LocalUpdate:
                                         grad_outputs=[d_emb[m] for m in reached],
                                         allow_unused=True)
             grads.update(zip(wanted, found))
-        c, prox = (0.0, ()) if self.stacked_adam else self.objective.proximal(list(leaves))
+        c, names = prox
         if c:
-            loss = add_proximal(loss, grads, leaves, anchor, c, prox)
+            loss = add_proximal(loss, grads, leaves, anchor, c, names)
         return loss, grads
-
-    def _encoder_names(self, sensor: str) -> list[str]:
-        prefix = f"encoders.{sensor}."
-        return [n for n in self.call.slots if n.startswith(prefix)]
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
              keep_grads: bool = True) -> tuple[Params, OptimizerState, Tensor, Grads]:

@@ -311,11 +311,12 @@ class LockstepTrainer:
         # else an objective's loss after the encoders may (`Objective.closed_form_loss`)
         grads_of = closed_form_grads(
             self.model, self.objective, params, anchor,
-            proximal=(0.0, ()) if update.stacked_adam else self.objective.proximal(names),
+            proximal=update.proximal_in_loss(names),
             plain=(t.closed_form and not (local_t or keeps or encoders or unread or frozen
                                           or use_adapter))) \
             or update.many_devices(anchor, shared, dev_frozen, local_t, keeps, encoders,
-                                   self._closed_loss(names, frozen, unread, local_t))
+                                   self._closed_loss(names, frozen, unread, local_t),
+                                   self.encoder_params)
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), grads_of,
                               grad_sum=self.objective.needs_grad_mean)

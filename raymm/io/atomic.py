@@ -53,5 +53,5 @@ def atomic_output(dest: Path) -> Iterator[BinaryIO]:
             os.fsync(f.fileno())
         os.replace(tmp, dest)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise

@@ -44,6 +44,20 @@ def cross_entropy_rows(logits: Tensor, y: Tensor) -> Tensor:
     return z.exp().sum(dim=1).log() - z.gather(1, y[:, None])[:, 0]
 
 
+def cross_entropy_with_grad(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """For a hand-written reverse pass: the per-row cross-entropy `[..., B]` of logits
+    `[..., B, C]` (as `cross_entropy_rows` computes it, the largest logit subtracted) and its
+    gradient with respect to the logits, softmax minus one-hot `[..., B, C]` (a fresh tensor
+    the caller may scale in place)."""
+    z = logits - logits.amax(dim=-1, keepdim=True)
+    e = z.exp()
+    total = e.sum(dim=-1, keepdim=True)
+    rows = total.log().squeeze(-1) - z.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    grad = e.div_(total)
+    grad.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(grad[..., :1], -1.0))
+    return rows, grad
+
+
 #: logit offset that takes a padding row out of a contrastive loss's candidates: exp()
 #: underflows to 0, yet it is finite so that 0-weight rows keep finite gradients (an infinite
 #: logit would give NaN)
