@@ -33,6 +33,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from raymm.driver import checkpoint
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers import REPO, load_script  # noqa: E402
 
@@ -98,9 +100,11 @@ def nodes_of(out: Path) -> dict[str, str]:
 
 
 def in_flight(out: Path) -> list[str]:
-    """Runs that have brought a checkpoint back and have no summary yet."""
+    """Runs that have brought a whole checkpoint back and have no summary yet (the hidden
+    `.part` file of a checkpoint still being pulled is not one: a sweep killed then restarts
+    that run)."""
     runs = out / "runs"
-    return [n for n in NAMES if list((runs / n / "checkpoints").glob("*"))
+    return [n for n in NAMES if checkpoint.candidates(runs / n)
             and not (runs / n / "summary.json").exists()] if runs.exists() else []
 
 
