@@ -307,9 +307,14 @@ class LocalUpdate:
                 drops[k] = {n: i for n, i in idx.items() if i.numel()}
             return drops[k]
 
+        # with a closed-form loss autograd differentiates the encoders only
+        graded = None if closed is None else \
+            {n for names in (encoder_params or {}).values() for n in names}
+
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
             # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
-            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            leaves = {n: p.detach().requires_grad_(True) if graded is None or n in graded
+                      else p for n, p in params.items()}
             k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
             if k not in rows:
                 rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
@@ -359,7 +364,7 @@ class LocalUpdate:
         grads: dict[str, Tensor | None] = dict.fromkeys(leaves)
         grads.update(head)
         reached = [m for m in d_emb if emb[m].requires_grad]
-        wanted = [n for n in leaves if n not in head]
+        wanted = [n for n, p in leaves.items() if n not in head and p.requires_grad]
         if reached and wanted:
             found = torch.autograd.grad([emb[m] for m in reached], [leaves[n] for n in wanted],
                                         grad_outputs=[d_emb[m] for m in reached],
