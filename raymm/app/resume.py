@@ -29,7 +29,7 @@ def resolve_resume(resume: str | Path,
     ckpt = checkpoint.load(run_dir)
     saved = load_scenario(read_yaml(run_dir / CONFIG_FILE))
     if checkpoint.scenario_digest(saved.to_dict()) != ckpt.scenario_digest:
-        raise ResumeError(f"--resume: {run_dir}/config.yaml no longer matches its checkpoint")
+        raise ResumeError(f"--resume: {run_dir}/{CONFIG_FILE} no longer matches its checkpoint")
     if scenario is not None or overrides:
         given = scenario if isinstance(scenario, Scenario) else load_scenario(
             scenario if scenario is not None else saved.to_dict(), overrides)

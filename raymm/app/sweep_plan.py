@@ -116,11 +116,11 @@ def action_of(job: Job) -> Action:
     if entries and all(is_leftover(e) for e in entries):
         return "restart"   # only what a write cut short left (a sweep killed mid-pull)
     if not (d / CONFIG_FILE).is_file():
-        raise RaymmError(f"sweep: {d} exists but is not a run directory (no config.yaml); "
+        raise RaymmError(f"sweep: {d} exists but is not a run directory (no {CONFIG_FILE}); "
                          "move it away or choose another --out")
     if saved_digest(d) != checkpoint.scenario_digest(job.scenario.to_dict()):
         raise RaymmError(f"sweep: {d} holds a run of another configuration than "
-                         f"{job.label} (its config.yaml differs: another --set, or the scenario "
+                         f"{job.label} (its {CONFIG_FILE} differs: another --set, or the scenario "
                          "file changed); delete it or choose another --out")
     ended = _ended(d)
     if ended == "completed":
@@ -137,7 +137,7 @@ def saved_digest(d: Path) -> str:
     try:
         saved = load_scenario(read_yaml(d / CONFIG_FILE))
     except (RaymmError, OSError, ValueError) as exc:
-        raise RaymmError(f"sweep: {d}/config.yaml is unreadable: {exc}") from None
+        raise RaymmError(f"sweep: {d}/{CONFIG_FILE} is unreadable: {exc}") from None
     return checkpoint.scenario_digest(saved.to_dict())
 
 

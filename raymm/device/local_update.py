@@ -286,7 +286,7 @@ class LocalUpdate:
         place of the model's fusion and heads and of `loss` under `vmap`; the encoders run
         under `vmap` (`encoder_params`: each sensor's encoder's parameter names), their
         gradients from the embeddings' by autograd."""
-        keeps = keeps or {}
+        keeps, encoder_params = keeps or {}, encoder_params or {}
         # the proximal term a closed-form loss leaves to the program
         prox = self.proximal_in_loss(anchor) if closed is not None else (0.0, ())
 
@@ -309,7 +309,7 @@ class LocalUpdate:
 
         # with a closed-form loss autograd differentiates the encoders only
         graded = None if closed is None else \
-            {n for names in (encoder_params or {}).values() for n in names}
+            {n for names in encoder_params.values() for n in names}
 
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
             # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
@@ -325,7 +325,7 @@ class LocalUpdate:
             gs: dict[str, Tensor | None]
             if closed is not None:
                 loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0], prox,
-                                             encoder_params or {})
+                                             encoder_params)
             else:
                 loss = losses_of(leaves, *rows[k], batch, emb)
                 gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),

@@ -110,7 +110,7 @@ def load(run_dir: Path, say: Callable[[str], None] = _stderr) -> Checkpoint:
     if not run_dir.is_dir():
         raise ResumeError(f"--resume: {run_dir} is not a directory")
     if not (run_dir / CONFIG_FILE).is_file():
-        raise ResumeError(f"--resume: {run_dir} is not a raymm run directory (no config.yaml)")
+        raise ResumeError(f"--resume: {run_dir} is not a raymm run directory (no {CONFIG_FILE})")
     failed: list[str] = []
     for _, path in candidates(run_dir):
         try:

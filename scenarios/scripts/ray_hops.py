@@ -3,8 +3,9 @@
     python scenarios/scripts/ray_hops.py --result-kb 10,360 --work-ms 0,2.5,12 --rounds 60
     python scenarios/scripts/ray_hops.py --scenario scenarios/bench/standard.yaml --rounds 60
 
-starts a local Ray on 127.0.0.1 with two CPUs (its workers not niced, as in `raymm bench`), a
-server actor without a CPU (as the ServerActor) and two worker actors with one CPU each (as two
+starts a local Ray on 127.0.0.1 with two CPUs as a run does (`ensure_ray`; with RAY_ADDRESS
+set, it connects to that cluster instead), its workers not niced as in `raymm bench`, a server
+actor without a CPU (as the ServerActor) and two worker actors with one CPU each (as two
 DeviceActors), and runs the chain that `actors.ray_executor` submits for a round, all of it
 before waiting once: the server's plan, each worker's training (busy for `--work-ms`, then a
 float64 result of `--result-kb`, as a DeviceActor's block sums), the server's aggregation of
@@ -215,14 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     # deferred: as in `chain_actors`
     import ray
 
-    from actors.quiet import loopback_only, quiet_ray
+    from actors.ray_executor import ensure_ray
+    from raymm.config.schema import ExecutionSpec
     from raymm.errors import RaymmError
 
-    quiet_ray()
     os.environ.setdefault("RAY_worker_niceness", "0")  # as `raymm bench`: no nice 15 workers
-    with loopback_only():
-        ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
+    started = ensure_ray(ExecutionSpec(local_num_cpus=2))   # as a run starts its local Ray
     try:
         if args.scenario:
             try:
@@ -246,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             print("medians in ms; hops: the round less the plan, the training and the "
                   "aggregation (their busy loops)")
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     return 0
 
 
