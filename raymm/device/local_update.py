@@ -46,14 +46,17 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
+from raymm.device.memory_layout import memory_order
+from raymm.device.module_call import ModuleCall
 from raymm.device.stacked_adam import StackedAdam
+from raymm.device.stacked_encoder import encode_devices
 from raymm.models.network import RaymmNet
 from raymm.protocol.seams import ClosedFormLoss, LossInputs, Objective
 
@@ -84,43 +87,6 @@ class EncoderPlan(Protocol):
                    ) -> dict[str, Tensor]: ...
 
     def zero_grads(self, grads: MutableMapping[str, Tensor | None], params: Params) -> None: ...
-
-
-class ModuleCall:
-    """Calls one shared module with the parameter tensors given per call in place of its own
-    (what `torch.func.functional_call` does, vmappable alike). The module's parameters are
-    plain attributes of a handful of submodules, so swapping them in its `_parameters` and
-    back is all it takes. The sequential path calls it once per minibatch of every device:
-    on the bench model (`scenarios/bench/standard.yaml`) a forward pass costs 50 us through it
-    and 93 us through `functional_call` (which re-walks the module for tied weights on every
-    call), against 50 us calling the module itself. Buffers stay the module's own."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        named = list(model.named_parameters(remove_duplicate=False))
-        if len({id(p) for _, p in named}) != len(named):
-            raise ValueError("ModuleCall needs a module without tied parameters")
-        self.slots: dict[str, tuple[nn.Module, str]] = {}
-        for name, _ in named:
-            owner, _, attr = name.rpartition(".")
-            self.slots[name] = (model.get_submodule(owner), attr)
-
-    def __call__(self, params: Mapping[str, Tensor], *args: Any, **kwargs: Any) -> Any:
-        return self.run(params, self.model, *args, **kwargs)
-
-    def run(self, params: Mapping[str, Tensor], fn: Callable[..., Any], *args: Any,
-            **kwargs: Any) -> Any:
-        """`fn(*args, **kwargs)` (the module or one of its parts) with `params` swapped in."""
-        saved = []
-        try:
-            for name, value in params.items():
-                mod, attr = self.slots[name]
-                saved.append((mod, attr, mod._parameters[attr]))
-                mod._parameters[attr] = value  # type: ignore[assignment]  # a plain tensor
-            return fn(*args, **kwargs)
-        finally:
-            for mod, attr, own in reversed(saved):
-                mod._parameters[attr] = own
 
 
 @dataclass
@@ -355,9 +321,8 @@ class LocalUpdate:
             if m in self.unread:
                 emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
             elif m not in emb:
-                encoder = model.encoders[m]
-                emb[m] = vmap(lambda p, xb, enc=encoder: self.call.run(p, enc, xb))(
-                    {n: leaves[n] for n in encoder_names[m]}, batch.x[m])
+                emb[m] = encode_devices(self.call, model.encoders[m],
+                                        {n: leaves[n] for n in encoder_names[m]}, batch.x[m])
         with torch.no_grad():
             loss, head, d_emb = closed(leaves, emb, batch.y, batch.present, batch.weight,
                                        self.extras)
@@ -454,16 +419,6 @@ def _spare(grads: Grads, params: Params) -> set[str]:
     return {n for n, g in held.items()
             if g._base is None and g.permute(memory_order(g)).is_contiguous()
             and owners[g.untyped_storage().data_ptr()] == 1}
-
-
-def _order(strides: tuple[int, ...], dims: list[int]) -> list[int]:
-    """`dims` from outermost to innermost in memory."""
-    return sorted(dims, key=lambda d: (-strides[d], d))
-
-
-def memory_order(t: Tensor) -> tuple[int, ...]:
-    """`t`'s dimensions from outermost to innermost in memory (by stride)."""
-    return tuple(_order(t.stride(), list(range(t.dim()))))
 
 
 class _SetAside:

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch._C import _functorch as _ft
 
-from raymm.device.local_update import memory_order
+from raymm.device.memory_layout import memory_order
 from raymm.models.encoders import Channels
 
 #: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
@@ -129,6 +129,9 @@ def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: 
 
 
 torch.library.register_vmap("raymm::device_conv", _blocked)
+
+#: how many `blocked_convolutions` blocks are open (`routing_convolutions`)
+_ROUTING = 0
 
 #: a grouped call of more input channels than this (all devices together), a device's count
 #: not a multiple of 8, computes its weight gradient in blocks (`_WeightGradInBlocks`)
@@ -307,12 +310,20 @@ def blocked_convolutions() -> Iterator[None]:
     """While a lock-step program runs: `F.conv1d` and `F.conv2d` (what `nn.Conv1d`/`nn.Conv2d`
     call) on per-device weights are blocked as the module docstring says, and global average
     pools of per-device tensors are plain means."""
+    global _ROUTING
     saved = F.conv1d, F.conv2d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d
     F.conv1d, F.conv2d = _routed(saved[0]), _routed(saved[1])  # type: ignore[assignment]
     F.adaptive_avg_pool1d = _pooled(saved[2], 1)  # type: ignore[assignment]
     F.adaptive_avg_pool2d = _pooled(saved[3], 2)  # type: ignore[assignment]
+    _ROUTING += 1
     try:
         yield
     finally:
+        _ROUTING -= 1
         (F.conv1d, F.conv2d,  # type: ignore[assignment]
          F.adaptive_avg_pool1d, F.adaptive_avg_pool2d) = saved
+
+
+def routing_convolutions() -> bool:
+    """Whether `blocked_convolutions` routes `F.conv1d`/`F.conv2d` now."""
+    return _ROUTING > 0

@@ -25,10 +25,11 @@ from collections.abc import Mapping, MutableMapping
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.func import vmap
 
-from raymm.device.local_update import ModuleCall, Params
+from raymm.device.local_update import Params
 from raymm.device.lockstep_conv import select_devices
+from raymm.device.module_call import ModuleCall
+from raymm.device.stacked_encoder import encode_devices
 from raymm.models import RaymmNet
 
 
@@ -108,8 +109,7 @@ class SensorEncoders:
         return self._constants[m]
 
     def _encode(self, m: str, params: Params, x: Tensor) -> Tensor:
-        encoder = self.encoders[m]
-        return vmap(lambda p, xb: self.call.run(p, encoder, xb))(params, x)
+        return encode_devices(self.call, self.encoders[m], params, x)
 
     def _rows_of(self, k: int) -> dict[str, tuple[Tensor, Tensor, Tensor | None]]:
         if k not in self._rows:

@@ -18,7 +18,8 @@ from raymm import seeding
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.data.mapped import file_maps, is_memory_mapped, release_pages, tensor_view
-from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
+from raymm.device.local_update import Batch, LocalUpdate
+from raymm.device.module_call import ModuleCall
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
 from raymm.models.layout import BUFFERS

@@ -31,8 +31,8 @@ from torch import Tensor
 from torch.func import vmap
 from torch.profiler import ProfilerActivity, profile
 
-from raymm.device.local_update import ModuleCall
 from raymm.device.lockstep_conv import blocked_convolutions
+from raymm.device.module_call import ModuleCall
 from raymm.models.encoders import make_encoder
 from raymm.sim.allocator import keep_freed_memory
 

@@ -15,7 +15,8 @@ from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.device.closed_form import closed_form_grads, linear_chain
-from raymm.device.local_update import Batch, LocalUpdate, ModuleCall
+from raymm.device.local_update import Batch, LocalUpdate
+from raymm.device.module_call import ModuleCall
 from raymm.models.network import MultimodalNet
 
 from helpers import tiny_scenario

@@ -1,0 +1,81 @@
+"""`StackedEncoder` runs an encoder for many devices without `vmap`, with the vmapped call's
+bits forward and backward (`raymm.device.stacked_encoder`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.func import vmap
+
+from raymm.device.lockstep_conv import blocked_convolutions, routing_convolutions
+from raymm.device.module_call import ModuleCall
+from raymm.device.stacked_encoder import StackedEncoder, encode_devices
+from raymm.models.encoders import make_encoder
+
+#: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, images
+KINDS = [("cnn1d", (128, 3)), ("cnn1d", (32, 16)), ("mlp", (12,)), ("mlp", (4, 5))]
+
+
+def _stacked(model: nn.Module, g: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    return {n: torch.randn((g, *p.shape), generator=gen) * 0.3
+            for n, p in model.named_parameters()}
+
+
+def _run(encode, model, params, x, grad_out):  # noqa: ANN001, ANN202
+    leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+    xs = x.detach().requires_grad_(True)
+    with blocked_convolutions():
+        out = encode(leaves, xs)
+        grads = torch.autograd.grad(out, [*leaves.values(), xs], grad_out)
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize(("kind", "shape"), KINDS)
+@pytest.mark.parametrize("g", [1, 3, 7])
+def test_the_stacked_encoder_gives_the_vmapped_bits_forward_and_backward(
+        kind: str, shape: tuple[int, ...], g: int) -> None:
+    gen = torch.Generator().manual_seed(g)
+    model = nn.ModuleDict({"s": make_encoder(kind, shape, 8, 16)})
+    call = ModuleCall(model)
+    assert StackedEncoder.of(call, model["s"]) is not None
+    params = _stacked(model, g, gen)
+    x = torch.randn((g, 5, *shape), generator=gen)
+    grad_out = torch.randn((g, 5, 8), generator=gen)
+    out, grads = _run(lambda p, xs: encode_devices(call, model["s"], p, xs), model, params, x,
+                      grad_out)
+    ref, ref_grads = _run(lambda p, xs: vmap(lambda q, xb: call.run(q, model["s"], xb))(p, xs),
+                          model, params, x, grad_out)
+    assert torch.equal(out, ref)
+    for got, want in zip(grads, ref_grads, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_a_device_s_embedding_does_not_depend_on_the_devices_beside_it() -> None:
+    gen = torch.Generator().manual_seed(0)
+    model = nn.ModuleDict({"s": make_encoder("cnn1d", (128, 3), 8, 16)})
+    call = ModuleCall(model)
+    params = _stacked(model, 6, gen)
+    x = torch.randn((6, 4, 128, 3), generator=gen)
+    with blocked_convolutions():
+        together = encode_devices(call, model["s"], params, x)
+        alone = encode_devices(call, model["s"], {n: t[4:5] for n, t in params.items()}, x[4:5])
+    assert torch.equal(together[4], alone[0])
+
+
+def test_layers_it_does_not_know_and_convolutions_outside_a_program_take_vmap() -> None:
+    gen = torch.Generator().manual_seed(1)
+    # a non-global pool (the 2-D CNN) and a nested module are not planned
+    images = nn.ModuleDict({"s": make_encoder("cnn2d", (8, 8), 8, 16)})
+    nested = nn.ModuleDict({"s": nn.Sequential(nn.Flatten(), nn.Sequential(nn.Linear(4, 8)))})
+    assert StackedEncoder.of(ModuleCall(images), images["s"]) is None
+    assert StackedEncoder.of(ModuleCall(nested), nested["s"]) is None
+    # outside `blocked_convolutions`, vmap's own convolution runs: so does encode_devices
+    model = nn.ModuleDict({"s": make_encoder("cnn1d", (16, 3), 8, 16)})
+    call = ModuleCall(model)
+    params = _stacked(model, 3, gen)
+    x = torch.randn((3, 4, 16, 3), generator=gen)
+    assert not routing_convolutions()
+    got = encode_devices(call, model["s"], params, x)
+    want = vmap(lambda q, xb: call.run(q, model["s"], xb))(params, x)
+    assert torch.equal(got, want)
