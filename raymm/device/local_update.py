@@ -56,7 +56,7 @@ from raymm.config.schema import TrainingSpec
 from raymm.device.memory_layout import memory_order
 from raymm.device.module_call import ModuleCall
 from raymm.device.stacked_adam import StackedAdam
-from raymm.device.stacked_encoder import encode_devices
+from raymm.device.stacked_encoder import StackedEncoder, encode_devices
 from raymm.models.network import RaymmNet
 from raymm.protocol.seams import ClosedFormLoss, LossInputs, Objective
 
@@ -276,8 +276,10 @@ class LocalUpdate:
         # with a closed-form loss autograd differentiates the encoders only
         graded = None if closed is None else \
             {n for names in encoder_params.values() for n in names}
+        outside: dict[str, tuple[nn.Module, list[str]]] | None = None   # by the first step
 
         def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
+            nonlocal outside
             # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
             leaves = {n: p.detach().requires_grad_(True) if graded is None or n in graded
                       else p for n, p in params.items()}
@@ -288,10 +290,15 @@ class LocalUpdate:
             emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
             if encoders is not None:
                 emb.update(encoders.embeddings(leaves, batch.x, k))
+            if outside is None:
+                outside = self._outside_vmap(encoder_params, leaves, closed is not None)
+            for m, (encoder, names) in outside.items():
+                if m not in emb:
+                    emb[m] = encode_devices(self.call, encoder, {n: leaves[n] for n in names},
+                                            batch.x[m])
             gs: dict[str, Tensor | None]
             if closed is not None:
-                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0], prox,
-                                             encoder_params)
+                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0], prox)
             else:
                 loss = losses_of(leaves, *rows[k], batch, emb)
                 gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
@@ -305,24 +312,36 @@ class LocalUpdate:
             return loss.detach(), gs
         return grads
 
+    def _outside_vmap(self, encoder_names: Mapping[str, list[str]], params: Params,
+                      closed: bool) -> dict[str, tuple[nn.Module, list[str]]]:
+        """Sensor -> (encoder, its parameter names) for the encoders a lock-step step runs
+        before the loss (`encode_devices`), the model taking their embeddings: every read
+        sensor's with a closed-form loss; else those that `StackedEncoder` runs without vmap,
+        every weight trained (the same bits as inside the loss's vmap, less vmap's layers)."""
+        model = self.call.model
+        if not isinstance(model, RaymmNet) or not model.takes_embeddings:
+            assert not closed   # `Objective.closed_form_loss` asks for embeddings
+            return {}
+        encoders = model.encoders
+        assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them
+        return {m: (encoders[m], list(encoder_names[m])) for m in model.sensors
+                if m not in self.unread and m in encoder_names
+                and (closed or (set(encoder_names[m]) <= params.keys()
+                                and StackedEncoder.of(self.call, encoders[m]) is not None))}
+
     def _closed_step(self, closed: ClosedFormLoss, leaves: Params, emb: dict[str, Tensor],
-                     batch: Batch, anchor: Params, prox: tuple[float, tuple[str, ...]],
-                     encoder_names: Mapping[str, list[str]]
+                     batch: Batch, anchor: Params, prox: tuple[float, tuple[str, ...]]
                      ) -> tuple[Tensor, dict[str, Tensor | None]]:
         """`many_devices`'s step through a closed-form loss: every sensor's embeddings (the
-        given ones, zeros for the unread, the rest from its encoder under `vmap`), the loss and
-        gradients from `closed`, the encoders' gradients by autograd from the embeddings', and
-        the proximal term `prox` where the loss would hold it."""
+        given ones, zeros for the unread; `emb` holds the rest), the loss and gradients from
+        `closed`, the encoders' gradients by autograd from the embeddings', and the proximal
+        term `prox` where the loss would hold it."""
         model = self.call.model
-        assert isinstance(model, RaymmNet) and isinstance(model.encoders, nn.ModuleDict)
+        assert isinstance(model, RaymmNet)
         assert batch.weight is not None   # a lock-step minibatch
         k, rows = batch.y.shape
-        for m in model.sensors:   # `RaymmNet.takes_embeddings`: `model.encoders` is per sensor
-            if m in self.unread:
-                emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
-            elif m not in emb:
-                emb[m] = encode_devices(self.call, model.encoders[m],
-                                        {n: leaves[n] for n in encoder_names[m]}, batch.x[m])
+        for m in self.unread:
+            emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
         with torch.no_grad():
             loss, head, d_emb = closed(leaves, emb, batch.y, batch.present, batch.weight,
                                        self.extras)

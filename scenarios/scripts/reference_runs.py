@@ -3,8 +3,8 @@
 A refactor or a speed-up that claims "same numbers" runs this before and after and compares the
 two JSON files; any difference in any run's weights or any round's loss is a change of numbers.
 The set covers the lock-step path (the standard bench at two sizes, Adam and momentum over two
-epochs, weight decay, a proximal term, the multimodal stress scenarios) and both flagship
-methods on each executor.
+epochs, weight decay, a proximal term, the multimodal stress scenarios, FedAvg on TIDE's HAR
+setup) and both flagship methods on each executor.
 
     python scenarios/scripts/reference_runs.py --out /tmp/after.json
     python scenarios/scripts/reference_runs.py --compare /tmp/before.json /tmp/after.json
@@ -59,6 +59,10 @@ RUNS: dict[str, tuple[str, list[str], bool]] = {
                                  [*SHORT, "execution.executor=serial", LOCKSTEP[0]], True),
     "tide_har_lockstep_ray": ("scenarios/tide_har.yaml",
                               [*SHORT, "execution.executor=ray", LOCKSTEP[0]], True),
+    # a baseline of the TIDE table: the `ce` objective in lock-step through the model's loss
+    "tide_har_fedavg_lockstep_serial": ("scenarios/tide_har_fedavg.yaml",
+                                        [*SHORT, "execution.executor=serial", LOCKSTEP[0]],
+                                        True),
     "fedmchain_lockstep_serial": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
                                   [*SHORT, "execution.executor=serial", LOCKSTEP[0]], True),
     "fedmchain_lockstep_ray": ("scenarios/fedmchain_avdigits_imbalanced.yaml",
@@ -110,7 +114,9 @@ def main() -> int:
         a, b = (json.loads(p.read_text()) for p in args.compare)
         diff = compare(a, b)
         for n in sorted(set(a) | set(b)):
-            print(f"{n}: {'DIFFERS' if n in diff else 'same'}")
+            state = ("only in BEFORE" if n not in b else "only in AFTER" if n not in a
+                     else "DIFFERS" if n in diff else "same")
+            print(f"{n}: {state}")
         return 1 if diff else 0
     result = run_all(args.only or list(RUNS))
     text = json.dumps(result, indent=1)
