@@ -53,8 +53,9 @@ def encode_devices(call: ModuleCall, encoder: nn.Module, params: Params, x: Tens
 class StackedEncoder:
     """An encoder's layers as physical calls on device-stacked tensors (module docstring)."""
 
-    #: per encoder module: (the call it was planned for, the plan; None: not supported)
-    _plans: weakref.WeakKeyDictionary[nn.Module, tuple[ModuleCall, StackedEncoder | None]] = \
+    #: per call, its encoders' plans by the encoder's id (None: not supported); a plan holds
+    #: no module, so a run's model goes when its call does
+    _plans: weakref.WeakKeyDictionary[ModuleCall, dict[int, StackedEncoder | None]] = \
         weakref.WeakKeyDictionary()
 
     def __init__(self, layers: list[Layer], convolves: bool) -> None:
@@ -67,10 +68,10 @@ class StackedEncoder:
     def of(cls, call: ModuleCall, encoder: nn.Module) -> StackedEncoder | None:
         """The plan for `encoder` (a part of `call.model`), None where a layer is not one this
         module knows; made once per encoder."""
-        known = cls._plans.get(encoder)
-        if known is None or known[0] is not call:
-            known = cls._plans[encoder] = (call, cls._plan(call, encoder))
-        return known[1]
+        plans = cls._plans.setdefault(call, {})
+        if id(encoder) not in plans:   # `call.model` holds the encoder: its id stays its own
+            plans[id(encoder)] = cls._plan(call, encoder)
+        return plans[id(encoder)]
 
     @classmethod
     def _plan(cls, call: ModuleCall, encoder: nn.Module) -> StackedEncoder | None:

@@ -79,3 +79,16 @@ def test_layers_it_does_not_know_and_convolutions_outside_a_program_take_vmap() 
     got = encode_devices(call, model["s"], params, x)
     want = vmap(lambda q, xb: call.run(q, model["s"], xb))(params, x)
     assert torch.equal(got, want)
+
+
+def test_a_plan_keeps_no_model_alive() -> None:
+    import gc
+    import weakref
+
+    model = nn.ModuleDict({"s": make_encoder("cnn1d", (16, 3), 8, 16)})
+    call = ModuleCall(model)
+    assert StackedEncoder.of(call, model["s"]) is StackedEncoder.of(call, model["s"])
+    gone = weakref.ref(model)
+    del model, call
+    gc.collect()
+    assert gone() is None

@@ -22,6 +22,7 @@ from raymm.device.local_update import FunctionalOptimizer, OptimizerState
 from raymm.device.lockstep import why_not_vectorised
 from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.lockstep_host import LockstepHost
+from raymm.device.stacked_encoder import StackedEncoder
 from raymm.models.network import MultimodalNet
 from raymm.protocol.losses import sample_mean
 from raymm.protocol.messages import ClusterModels
@@ -463,12 +464,42 @@ def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(
     calls = []
     direct = lc._direct
     monkeypatch.setattr(lc, "_direct", lambda *a: calls.append(1) or direct(*a))
+    # the encoders under vmap, where `_direct` serves (not as `StackedEncoder`'s own calls)
+    monkeypatch.setattr(StackedEncoder, "of", classmethod(lambda cls, call, encoder: None))
     ref, _ = _params(base)
     assert calls
     monkeypatch.setattr(lc, "_direct", lambda *a: None)
     via_operator, _ = _params(base)
     for g in ref:
         assert np.array_equal(via_operator[g], ref[g]), g
+
+
+def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(monkeypatch):
+    """`StackedEncoder` runs known encoders without vmap, in a closed-form step (TIDE), in a
+    step through the model's loss (cross-entropy) and for the devices that hold a sensor
+    (`SensorEncoders`): whole lock-step runs equal the runs with every encoder under vmap."""
+    planned = []
+    of = StackedEncoder.of.__func__
+
+    def watched(cls, call, encoder):  # noqa: ANN001, ANN202
+        plan = of(cls, call, encoder)
+        planned.append(plan is not None)
+        return plan
+    sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+               "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
+    # the tiny scenario's tiers mix sensor sets: `SensorEncoders` runs for both methods
+    for extra in ({}, {"method": "tide", "aggregation": {"name": "tide", "warmup": 1}}):
+        base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
+                "rounds": 2, "training.vectorise": True, "training.optimizer": "adam",
+                "training.lr": 0.01, **extra}
+        planned.clear()
+        monkeypatch.setattr(StackedEncoder, "of", classmethod(watched))
+        stacked, _ = _params(base)
+        assert planned and all(planned)
+        monkeypatch.setattr(StackedEncoder, "of", classmethod(lambda cls, call, encoder: None))
+        under_vmap, _ = _params(base)
+        for g in stacked:
+            assert np.array_equal(under_vmap[g], stacked[g]), (extra, g)
 
 
 def test_per_device_convolutions_under_nested_vmap_take_the_operator():
