@@ -136,8 +136,11 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
         axes = tuple(range(-dims, 0))
 
         def pool(p: Params, h: Tensor, axis: int, g: int) -> tuple[Tensor, int]:
-            # as `lockstep_conv._pooled` computes a global pool of per-device tensors
-            return h.sum(axes, keepdim=True) / math.prod(h.shape[-dims:]), axis
+            # as `lockstep_conv._pooled` computes a global pool of per-device tensors, the
+            # device axis first as vmap puts it for a sum (over two axes, their order of
+            # accumulation follows the layout)
+            h = h.movedim(axis, 0)
+            return h.sum(axes, keepdim=True) / math.prod(h.shape[-dims:]), 0
         return pool
     if isinstance(layer, nn.Flatten):
         if layer.start_dim != 1 or layer.end_dim != -1:

@@ -13,8 +13,18 @@ from raymm.device.module_call import ModuleCall
 from raymm.device.stacked_encoder import StackedEncoder, encode_devices
 from raymm.models.encoders import make_encoder
 
-#: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, images
-KINDS = [("cnn1d", (128, 3)), ("cnn1d", (32, 16)), ("mlp", (12,)), ("mlp", (4, 5))]
+#: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
+#: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)
+KINDS = [("cnn1d", (128, 3)), ("cnn1d", (32, 16)), ("mlp", (12,)), ("mlp", (4, 5)),
+         ("user", (2, 9, 7))]
+
+
+def _encoder(kind: str, shape: tuple[int, ...]) -> nn.Module:
+    if kind != "user":
+        return make_encoder(kind, shape, 8, 16)
+    return nn.Sequential(nn.Conv2d(shape[0], 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(8, 12),
+                         nn.ReLU(), nn.Linear(12, 8))
 
 
 def _stacked(model: nn.Module, g: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -36,7 +46,7 @@ def _run(encode, model, params, x, grad_out):  # noqa: ANN001, ANN202
 def test_the_stacked_encoder_gives_the_vmapped_bits_forward_and_backward(
         kind: str, shape: tuple[int, ...], g: int) -> None:
     gen = torch.Generator().manual_seed(g)
-    model = nn.ModuleDict({"s": make_encoder(kind, shape, 8, 16)})
+    model = nn.ModuleDict({"s": _encoder(kind, shape)})
     call = ModuleCall(model)
     assert StackedEncoder.of(call, model["s"]) is not None
     params = _stacked(model, g, gen)
