@@ -10,12 +10,13 @@ calls a round.
 
 `StackedEncoder` makes those physical calls itself, layer by layer, for an `nn.Sequential` of
 the layers it knows (`Channels`, `Conv1d`/`Conv2d` with zero padding, `ReLU`, global average
-pools, `Flatten`, `Linear`): the same operations on the same tensors in the same memory order,
-so the same bits forward and backward (`tests/unit/test_stacked_encoder.py` holds every
-supported kind to the vmapped call's bits; the reference runs hold whole trainings to them).
-Any other module, or tensors under a further transform, run under `vmap` as before
-(`encode_devices`). A tensor here carries its device axis at dim 0 (as given) or 1 (as a
-grouped convolution returns it), and each device's own sample axis at the other.
+pools and 2-D adaptive ones, `Flatten`, `Linear`): the same operations on the same tensors in
+the same memory order, so the same bits forward and backward
+(`tests/unit/test_stacked_encoder.py` holds every supported kind to the vmapped call's bits;
+the reference runs hold whole trainings to them). Any other module, or tensors under a further
+transform, run under `vmap` as before (`encode_devices`). A tensor here carries its device
+axis at dim 0 (as given) or 1 (as a grouped convolution returns it), and each device's own
+sample axis at the other.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch._C import _functorch as _ft
 from torch.func import vmap
@@ -132,7 +134,7 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
         size: Any = layer.output_size
         sizes = [size] * dims if isinstance(size, int) else list(size)
         if sizes != [1] * dims:
-            return None
+            return _adaptive_pool(sizes) if dims == 2 and None not in sizes else None
         axes = tuple(range(-dims, 0))
 
         def pool(p: Params, h: Tensor, axis: int, g: int) -> tuple[Tensor, int]:
@@ -156,3 +158,12 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
         return linear
     return None
 
+
+def _adaptive_pool(sizes: list[int]) -> Layer:
+    """A 2-D adaptive average pool to `sizes` (not global) as vmap's batching rule runs it: the
+    devices' samples made one contiguous batch, device axis first, pooled, viewed back."""
+    def pool(p: Params, h: Tensor, axis: int, g: int) -> tuple[Tensor, int]:
+        h = h.movedim(axis, 0)
+        out = F.adaptive_avg_pool2d(h.reshape(-1, *h.shape[2:]), (sizes[0], sizes[1]))
+        return out.view(*h.shape[:2], *out.shape[1:]), 0
+    return pool

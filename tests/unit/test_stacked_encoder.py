@@ -16,7 +16,7 @@ from raymm.models.encoders import make_encoder
 #: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
 #: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)
 KINDS = [("cnn1d", (128, 3)), ("cnn1d", (32, 16)), ("mlp", (12,)), ("mlp", (4, 5)),
-         ("user", (2, 9, 7))]
+         ("cnn2d", (12, 10)), ("cnn2d", (3, 9, 9)), ("user", (2, 9, 7))]
 
 
 def _encoder(kind: str, shape: tuple[int, ...]) -> nn.Module:
@@ -75,11 +75,13 @@ def test_a_device_s_embedding_does_not_depend_on_the_devices_beside_it() -> None
 
 def test_layers_it_does_not_know_and_convolutions_outside_a_program_take_vmap() -> None:
     gen = torch.Generator().manual_seed(1)
-    # a non-global pool (the 2-D CNN) and a nested module are not planned
-    images = nn.ModuleDict({"s": make_encoder("cnn2d", (8, 8), 8, 16)})
+    # a layer it does not know, a 1-D pool to more than one step and a nested module are not
+    # planned
+    unknown = nn.ModuleDict({"s": nn.Sequential(nn.Conv1d(2, 4, 3), nn.MaxPool1d(2))})
+    pool_1d = nn.ModuleDict({"s": nn.Sequential(nn.Conv1d(2, 4, 3), nn.AdaptiveAvgPool1d(2))})
     nested = nn.ModuleDict({"s": nn.Sequential(nn.Flatten(), nn.Sequential(nn.Linear(4, 8)))})
-    assert StackedEncoder.of(ModuleCall(images), images["s"]) is None
-    assert StackedEncoder.of(ModuleCall(nested), nested["s"]) is None
+    for model in (unknown, pool_1d, nested):
+        assert StackedEncoder.of(ModuleCall(model), model["s"]) is None
     # outside `blocked_convolutions`, vmap's own convolution runs: so does encode_devices
     model = nn.ModuleDict({"s": make_encoder("cnn1d", (16, 3), 8, 16)})
     call = ModuleCall(model)

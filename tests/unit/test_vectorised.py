@@ -476,8 +476,9 @@ def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(
 
 def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(monkeypatch):
     """`StackedEncoder` runs known encoders without vmap, in a closed-form step (TIDE), in a
-    step through the model's loss (cross-entropy) and for the devices that hold a sensor
-    (`SensorEncoders`): whole lock-step runs equal the runs with every encoder under vmap."""
+    step through the model's loss (cross-entropy, 1-D and 2-D CNNs) and for the devices that
+    hold a sensor (`SensorEncoders`): whole lock-step runs equal the runs with every encoder
+    under vmap."""
     planned = []
     of = StackedEncoder.of.__func__
 
@@ -487,8 +488,10 @@ def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(
         return plan
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
-    # the tiny scenario's tiers mix sensor sets: `SensorEncoders` runs for both methods
-    for extra in ({}, {"method": "tide", "aggregation": {"name": "tide", "warmup": 1}}):
+    # the tiny scenario's tiers mix sensor sets: `SensorEncoders` runs for both methods; the
+    # 2-D CNN's adaptive pool too
+    for extra in ({}, {"method": "tide", "aggregation": {"name": "tide", "warmup": 1}},
+                  {"model.encoder": "cnn2d"}):
         base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
                 "rounds": 2, "training.vectorise": True, "training.optimizer": "adam",
                 "training.lr": 0.01, **extra}
