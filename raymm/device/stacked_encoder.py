@@ -147,7 +147,9 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
     if isinstance(layer, nn.Flatten):
         if layer.start_dim != 1 or layer.end_dim != -1:
             return None
-        return lambda p, h, axis, g: (h.flatten(2) if h.dim() > 3 else h, axis)
+        # the device axis first, as vmap's batching rule for a reshape puts it
+        return lambda p, h, axis, g: (h.movedim(axis, 0).flatten(2) if h.dim() > 3 else
+                                      h.movedim(axis, 0), 0)
     if isinstance(layer, nn.Linear):
         weight, bias = names["weight"], names.get("bias")
 

@@ -16,10 +16,14 @@ from raymm.models.encoders import make_encoder
 #: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
 #: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)
 KINDS = [("cnn1d", (128, 3)), ("cnn1d", (32, 16)), ("mlp", (12,)), ("mlp", (4, 5)),
-         ("cnn2d", (12, 10)), ("cnn2d", (3, 9, 9)), ("user", (2, 9, 7))]
+         ("cnn2d", (12, 10)), ("cnn2d", (3, 9, 9)), ("user", (2, 9, 7)),
+         ("user_no_pool", (2, 9, 7))]
 
 
 def _encoder(kind: str, shape: tuple[int, ...]) -> nn.Module:
+    if kind == "user_no_pool":   # a convolution's output flattened straight into a Linear
+        return nn.Sequential(nn.Conv2d(shape[0], 4, 3, stride=2, padding=1), nn.ReLU(),
+                             nn.Flatten(), nn.Linear(4 * 5 * 4, 8))
     if kind != "user":
         return make_encoder(kind, shape, 8, 16)
     return nn.Sequential(nn.Conv2d(shape[0], 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
