@@ -249,9 +249,10 @@ class LocalUpdate:
         exactly as they were. `encoders`: sensors whose encoder only some devices run on their
         data (the others lack the sensor and do not train it). `closed`: the objective's loss
         after the encoders in closed form (`Objective.closed_form_loss`), which then takes the
-        place of the model's fusion and heads and of `loss` under `vmap`; the encoders run
-        under `vmap` (`encoder_params`: each sensor's encoder's parameter names), their
-        gradients from the embeddings' by autograd."""
+        place of the model's fusion and heads and of `loss` under `vmap`, the encoders running
+        before it (`encode_devices`; `encoder_params`: each sensor's encoder's parameter
+        names), their gradients from the embeddings' by autograd. Without one, the encoders
+        `StackedEncoder` knows run before the vmapped loss too (`_outside_vmap`)."""
         keeps, encoder_params = keeps or {}, encoder_params or {}
         # the proximal term a closed-form loss leaves to the program
         prox = self.proximal_in_loss(anchor) if closed is not None else (0.0, ())

@@ -10,8 +10,9 @@ backward, is wasted work: in TIDE's HAR scenario 23 % of a program's device-sens
 the sensor (40 rounds of `scenarios/tide_har.yaml`).
 
 `SensorEncoders` computes each sensor's embeddings outside the model: the devices that hold
-the sensor (or train its encoder) run it on their minibatch, as one vmapped call; the others
-run it on a single zero sample without gradient, broadcast over the batch. The model then takes
+the sensor (or train its encoder) run it on their minibatch, in one call for all of them
+(`stacked_encoder.encode_devices`); the others run it on a single zero sample without
+gradient, broadcast over the batch. The model then takes
 those embeddings instead of running its encoders (`RaymmNet.takes_embeddings`). The same
 numbers up to float32 rounding (a zero sample's embedding is computed in a call of another
 batch size); a device's numbers still do not depend on which devices share its program, since
