@@ -337,8 +337,6 @@ class LocalUpdate:
         given ones, zeros for the unread; `emb` holds the rest), the loss and gradients from
         `closed`, the encoders' gradients by autograd from the embeddings', and the proximal
         term `prox` where the loss would hold it."""
-        model = self.call.model
-        assert isinstance(model, RaymmNet)
         assert batch.weight is not None   # a lock-step minibatch
         k, rows = batch.y.shape
         for m in self.unread:

@@ -83,20 +83,21 @@ class StackedEncoder:
         layers = []
         flat = False   # per device [B, features] (after a Flatten) rather than [B, C, *S]
         for layer in encoder:
-            weights = {attr: names.get((id(layer), attr)) for attr, p in
-                       layer.named_parameters(recurse=False) if p is not None}
-            if None in weights.values() or any(True for _ in layer.children()):
+            found = {attr: names.get((id(layer), attr)) for attr, _ in
+                     layer.named_parameters(recurse=False)}
+            if None in found.values() or any(True for _ in layer.children()):
                 return None   # a parameter `call` does not swap in, or a nested module
+            weights = {attr: name for attr, name in found.items() if name is not None}
             flat = flat or isinstance(layer, nn.Flatten)
             # a linear layer on per-device [B, F] rows only, a spatial one before a Flatten
             if flat != isinstance(layer, (nn.Flatten, nn.Linear)) and \
                     not isinstance(layer, nn.ReLU):
                 return None
-            made = _layer(layer, weights)   # type: ignore[arg-type]
+            made = _layer(layer, weights)
             if made is None:
                 return None
             layers.append(made)
-        return cls(layers, any(isinstance(m, nn.modules.conv._ConvNd) for m in encoder))
+        return cls(layers, any(isinstance(m, (nn.Conv1d, nn.Conv2d)) for m in encoder))
 
     def __call__(self, params: Params, x: Tensor) -> Tensor:
         h, axis, g = x, 0, x.shape[0]

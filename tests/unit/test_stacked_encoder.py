@@ -36,7 +36,7 @@ def _stacked(model: nn.Module, g: int, gen: torch.Generator) -> dict[str, torch.
             for n, p in model.named_parameters()}
 
 
-def _run(encode, model, params, x, grad_out):  # noqa: ANN001, ANN202
+def _run(encode, params, x, grad_out):  # noqa: ANN001, ANN202
     leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
     xs = x.detach().requires_grad_(True)
     with blocked_convolutions():
@@ -56,10 +56,9 @@ def test_the_stacked_encoder_gives_the_vmapped_bits_forward_and_backward(
     params = _stacked(model, g, gen)
     x = torch.randn((g, 5, *shape), generator=gen)
     grad_out = torch.randn((g, 5, 8), generator=gen)
-    out, grads = _run(lambda p, xs: encode_devices(call, model["s"], p, xs), model, params, x,
-                      grad_out)
+    out, grads = _run(lambda p, xs: encode_devices(call, model["s"], p, xs), params, x, grad_out)
     ref, ref_grads = _run(lambda p, xs: vmap(lambda q, xb: call.run(q, model["s"], xb))(p, xs),
-                          model, params, x, grad_out)
+                          params, x, grad_out)
     assert torch.equal(out, ref)
     for got, want in zip(grads, ref_grads, strict=True):
         assert torch.equal(got, want)
