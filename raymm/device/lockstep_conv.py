@@ -77,13 +77,14 @@ def _device_axis(t: Tensor | None, dim: int | None, g: int) -> Tensor | None:
 def _blocked(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
              bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int],
              groups: int) -> tuple[Tensor, int]:
-    """The vmap rule (see `_grouped`)."""
-    return _grouped(info.batch_size, in_dims, x, weight, bias, stride, padding, dilation, groups)
+    """The vmap rule (see `grouped_conv`)."""
+    return grouped_conv(info.batch_size, in_dims, x, weight, bias, stride, padding, dilation,
+                        groups)
 
 
-def _grouped(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, bias: Tensor | None,
-             stride: list[int], padding: list[int], dilation: list[int], groups: int
-             ) -> tuple[Tensor, int]:
+def grouped_conv(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
+                 bias: Tensor | None, stride: list[int], padding: list[int],
+                 dilation: list[int], groups: int) -> tuple[Tensor, int]:
     """g devices' x [G, B, C, *S], weight [G, O, C/groups, *K] (each with its device axis at
     `in_dims`, None: the same for all) -> [B, G, O, *S'] (device axis 1), as one grouped
     convolution of at least `MIN_GROUPS` devices and `MIN_CHANNELS` input channels."""
@@ -151,7 +152,7 @@ def _device_blocks(devices: int, channels: int) -> list[tuple[int, int]]:
 
 
 class _WeightGradInBlocks(torch.autograd.Function):
-    """The grouped channels-last convolution of `_grouped`, whose weight (and bias) gradient is
+    """The grouped channels-last convolution of `grouped_conv`, whose weight (and bias) gradient is
     computed in blocks of devices (`_device_blocks`). With a device's channel count off oneDNN's
     8-channel blocking, its backward-weights kernel for one call of many groups is slow: 43
     devices x 129 channels (FedMChain's spectrogram layer) 13-14 ms against 8.5-10 in blocks of
@@ -206,7 +207,7 @@ def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
             padding: list[int], dilation: list[int], groups: int) -> Tensor | None:
     """`device_conv` under one plain `vmap` level, without the custom operator's Python
     layers (a third of a TIDE round's encoder time): the per-device tensors are unwrapped,
-    convolved by `_grouped` -- the very call the vmap rule makes -- and the result wrapped
+    convolved by `grouped_conv` -- the very call the vmap rule makes -- and the result wrapped
     again; autograd records the grouped call as it would inside the rule. None when the
     tensors are not that simple (another transform, or several vmap levels): the caller then
     takes `device_conv`."""
@@ -229,7 +230,7 @@ def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
     g = next(p.shape[d] for p, d in zip(phys, dims) if d is not None)  # type: ignore[union-attr]
     px, pw = phys[0], phys[1]
     assert px is not None and pw is not None
-    out, out_dim = _grouped(g, tuple(dims), px, pw, phys[2], stride, padding, dilation, groups)
+    out, out_dim = grouped_conv(g, tuple(dims), px, pw, phys[2], stride, padding, dilation, groups)
     return _ft._add_batch_dim(out, out_dim, level)
 
 
@@ -254,17 +255,21 @@ def _pair(v: Any, dims: int) -> list[int]:
 
 def _pooled(plain: Callable[..., Tensor], dims: int) -> Callable[..., Tensor]:
     """`plain` (F.adaptive_avg_pool1d or 2d), taking a plain mean for a global pool of
-    per-device tensors: on the channels-last results of `_grouped` torch's own global pool
+    per-device tensors: on the channels-last results of `grouped_conv` torch's own global pool
     restrides its result in place, which vmap can only do device by device."""
     def pool(input: Tensor, output_size: Any) -> Tensor:
         sizes = [output_size] * dims if isinstance(output_size, int) else list(output_size)
         if sizes == [1] * dims and _ft.is_batchedtensor(input):
-            axes = tuple(range(-dims, 0))
-            # a sum and a division, as torch's mean computes it; its gradient reaches the layer
-            # before as a broadcast view, not a tensor in another memory order
-            return input.sum(axes, keepdim=True) / math.prod(input.shape[-dims:])
+            return global_mean(input, dims)
         return plain(input, output_size)
     return pool
+
+
+def global_mean(t: Tensor, dims: int) -> Tensor:
+    """The mean over `t`'s last `dims` axes, kept as size 1: a sum and a division, as torch's
+    mean computes it; its gradient reaches the layer before as a broadcast view, not a tensor
+    in another memory order. `stacked_encoder` pools with it too, for the same bits."""
+    return t.sum(tuple(range(-dims, 0)), keepdim=True) / math.prod(t.shape[-dims:])
 
 
 #: the fewest floats per time step for which a 1-D convolution's minibatch is gathered
@@ -276,7 +281,7 @@ def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
     """Whether a lock-step program should hand `encoder` its minibatch device-interleaved
     (`interleaved_rows`): a `[T, C]` series of at least `INTERLEAVE_MIN_CHANNELS` channels
     that the encoder turns to `[C, T]` for a 1-D convolution first. The grouped call reads
-    its input as `[B, T, devices x C]` memory (`_grouped`); gathered so, it is a view there
+    its input as `[B, T, devices x C]` memory (`grouped_conv`); gathered so, it is a view there
     rather than a copy of the whole minibatch (the FedMChain spectrograms: ~25 MB a step)."""
     layers = list(encoder.children()) if isinstance(encoder, nn.Sequential) else []
     return (len(shape) == 2 and shape[1] >= INTERLEAVE_MIN_CHANNELS and len(layers) >= 2
@@ -286,7 +291,7 @@ def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
 
 def interleaved_rows(x: Tensor, rows: Tensor) -> Tensor:
     """`x[rows]` for `x` `[N, T, C]` (contiguous) and `rows` `[G, B]`: `[G, B, T, C]`, laid out
-    as `[B, T, G, C]` in memory -- one gather of `C`-float rows in the order `_grouped` reads
+    as `[B, T, G, C]` in memory -- one gather of `C`-float rows in the order `grouped_conv` reads
     them. The same values as `x.index_select(0, rows.reshape(-1))`, in another memory order."""
     n, t, c = x.shape
     g, b = rows.shape

@@ -2,7 +2,7 @@
 
 A lock-step step runs each sensor's encoder under `vmap` over the devices' stacked weights.
 Underneath, vmap issues one physical call per layer on the stacked tensors -- the grouped
-convolution of `lockstep_conv._grouped`, one `bmm` per linear layer -- and autograd records
+convolution of `lockstep_conv.grouped_conv`, one `bmm` per linear layer -- and autograd records
 those calls. The wrapping around them (the module's `__call__`s, swapping weights in through
 `ModuleCall`, vmap's batching rules and re-wrapping after each layer) cost ~1 ms of a ~10 ms
 forward and backward of TIDE's two-layer 1-D CNN for 14 devices (measured, one thread), ~50
@@ -21,7 +21,6 @@ sample axis at the other.
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,7 +31,7 @@ from torch import Tensor, nn
 from torch._C import _functorch as _ft
 from torch.func import vmap
 
-from raymm.device.lockstep_conv import _grouped, routing_convolutions
+from raymm.device.lockstep_conv import global_mean, grouped_conv, routing_convolutions
 from raymm.device.module_call import ModuleCall
 from raymm.models.encoders import Channels
 
@@ -125,8 +124,8 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
 
         def conv(p: Params, h: Tensor, axis: int, g: int) -> tuple[Tensor, int]:
             b = p[bias] if bias is not None else None
-            return _grouped(g, (axis, 0, 0 if b is not None else None), h, p[weight], b,
-                            *conf)
+            return grouped_conv(g, (axis, 0, 0 if b is not None else None), h, p[weight],
+                                b, *conf)
         return conv
     if isinstance(layer, nn.ReLU) and not layer.inplace:
         return lambda p, h, axis, g: (h.relu(), axis)
@@ -136,14 +135,12 @@ def _layer(layer: nn.Module, names: dict[str, str]) -> Layer | None:
         sizes = [size] * dims if isinstance(size, int) else list(size)
         if sizes != [1] * dims:
             return _adaptive_pool(sizes) if dims == 2 and None not in sizes else None
-        axes = tuple(range(-dims, 0))
 
         def pool(p: Params, h: Tensor, axis: int, g: int) -> tuple[Tensor, int]:
             # as `lockstep_conv._pooled` computes a global pool of per-device tensors, the
             # device axis first as vmap puts it for a sum (over two axes, their order of
             # accumulation follows the layout)
-            h = h.movedim(axis, 0)
-            return h.sum(axes, keepdim=True) / math.prod(h.shape[-dims:]), 0
+            return global_mean(h.movedim(axis, 0), dims), 0
         return pool
     if isinstance(layer, nn.Flatten):
         if layer.start_dim != 1 or layer.end_dim != -1:
