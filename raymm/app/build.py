@@ -24,6 +24,7 @@ from raymm.models.build import build_model
 from raymm.models.size import model_problem
 from raymm.population.devices import build_population
 from raymm.population.faults import fault_seed
+from raymm.protocol.privacy import with_selection_secret
 from raymm.protocol.registry import (
     AGGREGATORS,
     METHODS,
@@ -74,6 +75,7 @@ def method_names() -> list[str]:
 
 def build_world(sc: Scenario) -> World:
     """Load data, build the population and instantiate the policies (nothing is written)."""
+    sc = with_selection_secret(sc)
     dataset = load_dataset(sc.dataset_name, sc.dataset_params(), sc.seed)
     too_big = model_problem(dataset.sensors, {m: dataset.sensor_shape(m) for m in
                                               dataset.sensors}, dataset.num_classes, sc.model)

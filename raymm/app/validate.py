@@ -371,4 +371,7 @@ def privacy_problems(sc: Scenario) -> list[str]:
     if sc.schedule.params().get("order") == "adaptive":
         problems.append("privacy: schedule.order: adaptive has devices report unimodal "
                         "accuracies, which the mechanism does not cover")
+    if p.sampling == "poisson" and sc.selection.name not in ("random", "fraction"):
+        problems.append(f"privacy.sampling: poisson draws the cohort uniformly; selection "
+                        f"{sc.selection.name!r} chooses its own (use random or fraction)")
     return problems

@@ -403,7 +403,7 @@ class PrivacySpec(Strict):
     #: the fixed number of contributions the noised sum is divided by (None: min(k, devices),
     #: times the share of devices able to send the group); never the realised count
     denominator: float | None = Field(default=None, gt=0)
-    #: δ of the reported (ε, δ) (None: 1 / devices^1.1)
+    #: δ of the reported (ε, δ) (None: min(1 / devices², 1e-5), `default_delta`)
     delta: float | None = Field(default=None, gt=0, lt=1)
     #: a budget: with `on_target: stop` the run ends before a release would pass it; with
     #: `calibrate` σ is solved before the run so that the whole run spends exactly it
@@ -415,6 +415,19 @@ class PrivacySpec(Strict):
     #: cap on the releases any one device takes part in (selection skips devices at the cap);
     #: the accountant then composes at most this many per device
     max_participation: int | None = Field(default=None, ge=1)
+    #: a per-device budget: a device is not selected again once one more release would take
+    #: its ε past this (a cap on its participations, solved before the run)
+    device_budget: float | None = Field(default=None, gt=0)
+    #: how a uniform selector (`random`, `fraction`) draws the cohort under privacy: `fixed`,
+    #: exactly its K of the eligible; `poisson`, every eligible device independently with
+    #: probability q = E / N (E the expected cohort, N the devices), which is what
+    #: amplification by sampling is accounted for
+    sampling: Literal["fixed", "poisson"] = "fixed"
+    #: the seed of the selection's draws, kept out of config.yaml and the run's tables (the
+    #: trusted server's secret; the checkpoint keeps it for a resume); without it the selection
+    #: is replayable from the published seed and nothing is amplified. Also read from the
+    #: environment variable RAYMM_SELECTION_SECRET
+    selection_secret: int | None = Field(default=None, ge=0, exclude=True, repr=False)
     #: adaptive clipping (Andrew et al., 2021): C follows the `target_quantile` of the update
     #: norms, estimated from a noised count of unclipped updates (central mode only)
     adaptive_clip: bool = False
@@ -450,8 +463,11 @@ class PrivacySpec(Strict):
             raise ValueError("privacy.adaptive_clip: count_noise must exceed noise_multiplier / 2 "
                              "(the update's own noise is (σ⁻² − (2σ_b)⁻²)^-½)")
         if self.adaptive_clip and self.mode != "central":
-            raise ValueError("privacy.adaptive_clip needs mode: central (its count is noised "
-                             "once, on the server)")
+            raise ValueError("privacy.adaptive_clip needs mode: central: its bit (whether a "
+                             "device's update was within C) is noised once, on the server, "
+                             "which local DP does not trust")
+        if self.device_budget is not None and self.mode != "off" and self.clip is None:
+            raise ValueError("privacy.device_budget needs a clip bound (privacy.clip)")
         return self
 
 

@@ -172,7 +172,7 @@ class DeviceHost:
                 sent, extra = privacy.privatize(
                     self.spec.privacy, self.spec.seed, plan.round, dev, sent,
                     start if mode == "params" else None, self._clip(broadcast),
-                    self._clip_shares)
+                    self._clip_shares, self._noise(broadcast))
                 out = replace(out, extras={**out.extras, **extra})
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:
@@ -185,6 +185,12 @@ class DeviceHost:
         scenario's."""
         c = broadcast.extras.get(privacy.CLIP)
         return float(c[0]) if c is not None else self.spec.privacy.clip
+
+    @staticmethod
+    def _noise(broadcast: Broadcast) -> float | None:
+        """Local mode's σ as the server sends it (None: the scenario's own)."""
+        s = broadcast.extras.get(privacy.NOISE)
+        return float(s[0]) if s is not None else None
 
     def _modality_report(self, dev: int, held: np.ndarray, plan: RoundPlan,
                          broadcast: Broadcast) -> np.ndarray:

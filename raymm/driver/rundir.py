@@ -145,6 +145,9 @@ class RunWriter:
         t = int(row["round"])
         if record.confusion is not None:
             self._eval_images(t, np.asarray(record.confusion))
+        if record.device_epsilon is not None and np.isfinite(record.device_epsilon).all() \
+                and record.device_epsilon.size:
+            self.tb.add_histogram("privacy/device_epsilon", record.device_epsilon, t)
         for key, value in row.items():
             tag = TB_TAGS.get(key) or _dynamic_tag(key)
             if tag and isinstance(value, (int, float)) and math.isfinite(float(value)):

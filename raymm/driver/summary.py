@@ -40,6 +40,8 @@ def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last
                                       float(writer.rows[-1].get("sim_seconds_total", 0.0)))
     summary = summarize(sc, writer.rows, last, wall, world.population.n)
     summary["ended"] = ended
+    if "privacy" in summary and state.get("privacy"):
+        summary["privacy"].update(device_ledger(state["privacy"]))
     extra = getattr(ex, "summary", None)  # an asynchronous run's staleness, wasted work
     if extra is not None:
         summary.update(extra(writer.rows))
@@ -48,6 +50,19 @@ def finish_run(sc: Scenario, world: World, ex: Executor, writer: RunWriter, last
     writer.write_summary(summary)
     writer.close()
     return summary, state
+
+
+def device_ledger(privacy_state: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's per-device privacy ledger: every device's ε so far (by device id), the
+    worst device and the median."""
+    eps = np.asarray(privacy_state["device_epsilon"], np.float64)
+    if not eps.size:
+        return {}
+    worst = int(np.argmax(eps))
+    return {"device_epsilon": [round(float(e), 6) for e in eps], "worst_device": worst,
+            "worst_device_epsilon": float(eps[worst]),
+            "median_device_epsilon": float(np.median(eps)),
+            "participations": np.asarray(privacy_state["selected_count"]).astype(int).tolist()}
 
 
 def _cluster_models(sc: Scenario, sensors: tuple[str, ...], aggregator_state: dict[str, Any]

@@ -11,18 +11,26 @@ fixed denominator, adaptive C and the accountant) is `raymm.server.privacy`.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 import numpy as np
 
 from raymm import seeding
-from raymm.config.schema import PrivacySpec
+from raymm.config.schema import PrivacySpec, Scenario
+from raymm.errors import ScenarioError
 
 #: broadcast extra: float64 [1], the round's clip bound C (adaptive clipping moves it)
 CLIP = "privacy/clip"
+#: broadcast extra: float64 [1], local mode's σ (solved by the server's ledger when the scenario
+#: gives a target ε): the one value every device noises with
+NOISE = "privacy/noise_multiplier"
 #: device extra: float32, 1.0 when the device's update was within C before clipping (the bit
-#: whose noised mean adaptive clipping follows)
+#: whose noised mean adaptive clipping follows; sent only under adaptive clipping, which is
+#: central mode's: under local DP the bit would leave the device in the clear)
 UNCLIPPED = "privacy/unclipped"
+#: where the selection's secret seed may come from when the scenario does not give it
+SECRET_ENV = "RAYMM_SELECTION_SECRET"
 #: a scaled row is shrunk by this much more, so that its float32 copy is within C too
 #: (float32 rounds each coordinate by at most 2^-24 relative: 6e-8 on the norm)
 MARGIN = 1.0 - 1e-6
@@ -69,14 +77,35 @@ def local_noise(seed: int, rnd: int, device: int, update: Mapping[str, np.ndarra
 
 def privatize(spec: PrivacySpec, seed: int, rnd: int, device: int,
               sent: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray] | None,
-              clip: float | None, bounds: Mapping[str, float] | None
+              clip: float | None, bounds: Mapping[str, float] | None,
+              sigma: float | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(what the device uploads instead of `sent`, its privacy extras). The upload is always
     the clipped change: `sent` minus `start` when it sent parameters (`start` not None), `sent`
-    itself when it sent deltas; in local mode with its own noise added."""
+    itself when it sent deltas; in local mode with its own noise of σ·C added, σ the server's
+    (`NOISE`, a solved σ) or else the scenario's. The only extra is adaptive clipping's bit."""
     update = sent if start is None else {
         g: np.asarray(v, np.float64) - np.asarray(start[g], np.float64) for g, v in sent.items()}
     clipped, _, within = clip_update(update, clip, bounds)
-    if spec.mode == "local" and spec.noise_multiplier and clip is not None:
-        clipped = local_noise(seed, rnd, device, clipped, spec.noise_multiplier * clip)
-    return clipped, {UNCLIPPED: np.array(1.0 if within else 0.0, np.float32)}
+    if spec.mode == "local" and clip is not None:
+        sigma = spec.noise_multiplier if sigma is None else sigma
+        if sigma is None:  # never upload a local-DP update without its noise
+            raise ValueError("privacy: local mode, but no noise multiplier reached the device")
+        if sigma > 0:
+            clipped = local_noise(seed, rnd, device, clipped, sigma * clip)
+    extras = {UNCLIPPED: np.array(1.0 if within else 0.0, np.float32)} \
+        if spec.adaptive_clip else {}
+    return clipped, extras
+
+
+def with_selection_secret(sc: Scenario) -> Scenario:
+    """`sc` with `privacy.selection_secret` read from RAYMM_SELECTION_SECRET when the
+    scenario has none (the field is never written to config.yaml)."""
+    raw = os.environ.get(SECRET_ENV, "").strip()
+    if not sc.privacy.on or sc.privacy.selection_secret is not None or not raw:
+        return sc
+    if not raw.isdigit():  # digits only: a non-negative integer
+        raise ScenarioError([f"{SECRET_ENV} must be a non-negative integer (got {raw!r})"])
+    secret = int(raw)
+    return sc.model_copy(update={"privacy": sc.privacy.model_copy(
+        update={"selection_secret": secret})})

@@ -29,12 +29,15 @@ class RoundRecord:
     #: set when training produced non-finite numbers: the devices whose loss was not finite
     #: (empty when only the aggregated model was); the run stops after this round
     diverged: list[int] | None = None
+    #: float64 [N] under privacy: each device's ε so far at the run's δ (the privacy ledger's
+    #: per-device column; the row's `privacy/epsilon` is its largest value)
+    device_epsilon: np.ndarray | None = None
 
     def merge(self, other: RoundRecord) -> None:
         """Add another part of the same round (its evaluation) to this record: its columns
         after these, and the fields it sets."""
         self.row.update(other.row)
-        for name in ("selected", "confusion", "diverged"):
+        for name in ("selected", "confusion", "diverged", "device_epsilon"):
             if getattr(other, name) is not None:
                 setattr(self, name, getattr(other, name))
 

@@ -125,9 +125,14 @@ class Server:
         eligible = online[sched.eligible(t, self.obs.sensor_mask[online], self.sensors)]
         if self.privacy is not None:  # devices at the participation cap are not eligible
             eligible = self.privacy.eligible(eligible)
-        ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs,
-                               seeding.rng(self.sc.seed, t, seeding.SERVER, "selection"))
-        selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
+        # under privacy the draw may come from a secret stream, or be the ledger's own
+        # Poisson sample (what amplification by sampling is accounted for)
+        rng = seeding.rng(self.sc.seed, t, seeding.SERVER, "selection") \
+            if self.privacy is None else self.privacy.selection_rng(t)
+        drawn = None if self.privacy is None else self.privacy.sample(t, eligible)
+        ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng)
+        selected = np.sort(np.asarray(self.policies.selector.select(ctx) if drawn is None
+                                      else drawn, dtype=np.int64))
         self._check_selection(selected, eligible)
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
@@ -224,7 +229,8 @@ class Server:
             if batch.n else float("nan"),
             **clock_row, **agg_stats, **self._policy_stats(),
             **(self.privacy.account(t) if self.privacy is not None else {}),
-        }, selected=plan.selected, diverged=bad)
+        }, selected=plan.selected, diverged=bad,
+            device_epsilon=None if self.privacy is None else self.privacy.device_epsilon())
 
     def _observe_times(self, batch: UpdateBatch, lost: np.ndarray | None) -> None:
         """Record the simulated training time of every selected device that trained, or tried

@@ -34,6 +34,11 @@ def _population(n: int, online: bool = True) -> Any:
                            online=lambda t, ids: np.full(len(ids), online))
 
 
+#: what amplification by sampling needs besides a uniform selector: a Poisson cohort drawn from
+#: a secret stream
+SECRET_POISSON: dict[str, Any] = {"sampling": "poisson", "selection_secret": 20261207}
+
+
 def _ledger(n: int = 100, k: int = 10, sizes: dict[str, int] | None = None,
             selection: str = "random", **privacy: Any) -> PrivacyLedger:
     sc = Scenario.model_validate({"name": "p", "rounds": 50,
@@ -100,7 +105,9 @@ def test_no_contribution_exceeds_c_after_clipping():
         "mode": "central", "noise_multiplier": 1.0, "clip": 1.0}}).privacy
     up, extra = privatize(spec, 0, 1, 3, sent, start, 1.0, None)
     assert np.linalg.norm(up["shared"].astype(np.float64)) <= 1.0
-    assert extra["privacy/unclipped"] == 0.0
+    assert extra == {}  # nothing besides the update without adaptive clipping
+    adaptive = spec.model_copy(update={"adaptive_clip": True})
+    assert privatize(adaptive, 0, 1, 3, sent, start, 1.0, None)[1]["privacy/unclipped"] == 0.0
 
 
 def test_contributions_in_a_run_stay_within_c(monkeypatch):
@@ -138,7 +145,7 @@ def test_lock_step_runs_the_same_mechanism_as_sequential(mode):
 
 def test_epsilon_is_the_librarys():
     sigma, q, rounds, delta = 1.1, 0.1, 40, 1e-5
-    led = _ledger(n=100, k=10, noise_multiplier=sigma, delta=delta)
+    led = _ledger(n=100, k=10, noise_multiplier=sigma, delta=delta, **SECRET_POISSON)
     for t in range(1, rounds + 1):
         led.planned(t, np.arange(100), np.arange(10), True)
         row = led.account(t)
@@ -147,6 +154,8 @@ def test_epsilon_is_the_librarys():
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), rounds))
     assert row["privacy/epsilon"] == acc.get_epsilon(delta)
     assert row["privacy/sampling_rate"] == q
+    # every device's ε is the run's under amplification
+    assert (led.device_epsilon() == row["privacy/epsilon"]).all()
     # composed (no amplification): every participation a Gaussian mechanism
     led = _ledger(n=100, k=10, noise_multiplier=sigma, delta=delta, selection="tide")
     for t in range(1, rounds + 1):
@@ -173,7 +182,8 @@ def test_participation_bound_tightens_the_composed_epsilon():
 
 
 def test_calibrated_sigma_meets_the_target():
-    led = _ledger(n=100, k=10, target_epsilon=4.0, on_target="calibrate", delta=1e-5)
+    led = _ledger(n=100, k=10, target_epsilon=4.0, on_target="calibrate", delta=1e-5,
+                  **SECRET_POISSON)
     assert led.sigma > 0
     acc = rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
@@ -187,7 +197,8 @@ def _seconds_ledger(leaves: bool) -> PrivacyLedger:
     sc = Scenario.model_validate({"name": "p", "rounds": 50, "clock": {"mode": "seconds"},
                                   "selection": {"name": "random", "k": 10},
                                   "privacy": {"mode": "central", "target_epsilon": 4.0,
-                                              "on_target": "calibrate", "delta": 1e-5}})
+                                              "on_target": "calibrate", "delta": 1e-5,
+                                              **SECRET_POISSON}})
     pop = _population(100, online=False)
     end = 600.0 if leaves else np.inf
     pop.availability = SimpleNamespace(departure=lambda s, ids: np.full(len(ids), end))
@@ -213,9 +224,9 @@ def _always_on(**over: Any) -> dict[str, Any]:
 
 
 def test_tide_selection_removes_the_amplification():
-    dp = {"mode": "central", "noise_multiplier": 1.0, "clip": 0.5}
+    dp = {"mode": "central", "noise_multiplier": 1.0, "clip": 0.5, **SECRET_POISSON}
     uniform = run(_always_on(privacy=dp), out="/tmp/raymm_test_privacy")
-    scored = run(_always_on(privacy=dp, **{"selection.name": "tide"}),
+    scored = run(_always_on(privacy={**dp, "sampling": "fixed"}, **{"selection.name": "tide"}),
                  out="/tmp/raymm_test_privacy")
     a, b = uniform.summary["privacy"], scored.summary["privacy"]
     assert a["sampling_rate"] == 5 / 12 and "Poisson" in a["assumption"]
@@ -225,6 +236,19 @@ def test_tide_selection_removes_the_amplification():
     # availability clocks (half the devices periodic) remove it too, even for random selection
     clocks = run(tiny_scenario(privacy=dp), out="/tmp/raymm_test_privacy")
     assert "no amplification" in clocks.summary["privacy"]["assumption"]
+    # and so does a selection anyone can replay from config.yaml's seed, or a fixed-size draw
+    public = {k: v for k, v in dp.items() if k != "selection_secret"}
+    replayable = run(_always_on(privacy=public), out="/tmp/raymm_test_privacy")
+    assert "published seed" in replayable.summary["privacy"]["assumption"]
+    fixed = run(_always_on(privacy={**dp, "sampling": "fixed"}), out="/tmp/raymm_test_privacy")
+    assert "fixed-size cohort" in fixed.summary["privacy"]["assumption"]
+    assert replayable.summary["privacy"]["epsilon"] == fixed.summary["privacy"]["epsilon"] \
+        == b["epsilon"] > a["epsilon"]
+    # the secret is nowhere in the run's files
+    for res in (uniform, replayable):
+        for f in res.run_dir.rglob("*"):
+            if f.is_file() and f.suffix in (".yaml", ".json", ".csv", ".md", ".txt"):
+                assert str(SECRET_POISSON["selection_secret"]) not in f.read_text(), f
 
 
 def _params(res: Any) -> dict[str, np.ndarray]:
