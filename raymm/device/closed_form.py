@@ -99,7 +99,7 @@ def closed_form_grads(model: nn.Module, objective: Objective, params: Params, an
             if c:
                 if k not in rows:
                     rows[k] = {n: anchor[n][:k] for n in prox_names}
-                loss = add_proximal(loss, gs, params, rows[k], c, prox_names)
+                loss = add_proximal(loss, gs, params, rows[k], c, prox_names, fresh=True)
         return loss, gs
     return grads
 

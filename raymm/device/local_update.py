@@ -354,8 +354,9 @@ class LocalUpdate:
                                         allow_unused=True)
             grads.update(zip(wanted, found))
         c, names = prox
-        if c:
-            loss = add_proximal(loss, grads, leaves, anchor, c, names)
+        if c:   # the step is written out here: nothing of the term is to be differentiated
+            with torch.no_grad():
+                loss = add_proximal(loss, grads, leaves, anchor, c, names, fresh=False)
         return loss, grads
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
@@ -415,14 +416,18 @@ class LocalUpdate:
 
 
 def add_proximal(loss: Tensor, grads: dict[str, Tensor | None], params: Params,
-                 anchor: Params, c: float, names: Iterable[str]) -> Tensor:
+                 anchor: Params, c: float, names: Iterable[str], *, fresh: bool) -> Tensor:
     """A proximal term c·||θ - θ_received||² over `names` added to a hand-written step of
-    stacked devices: its gradient 2c(θ - θ_received) to `grads` (in place), its value to each
-    device's `loss` [k], which is returned."""
+    stacked devices: its gradient 2c(θ - θ_received) to `grads`, its value to each device's
+    `loss` [k], which is returned. `fresh`: every gradient is a tensor of the caller's own
+    making, no view and shared with no other, so the term is added into its memory; else
+    (gradients from `torch.autograd.grad`, which may be views of a buffer autograd made, or one
+    tensor handed to two parameters) each gets a new tensor, the same numbers."""
     for n in names:
         diff = params[n] - anchor[n]
         g = grads.get(n)
-        grads[n] = diff.mul(2 * c) if g is None else g.add_(diff, alpha=2 * c)
+        grads[n] = diff.mul(2 * c) if g is None else \
+            g.add_(diff, alpha=2 * c) if fresh else g.add(diff, alpha=2 * c)
         loss = loss + c * diff.square().flatten(1).sum(1)
     return loss
 
