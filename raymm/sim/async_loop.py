@@ -13,6 +13,10 @@ The rules, in simulated seconds:
 - Every M (`aggregator.buffer`) arrivals the aggregator takes one server step (`apply`): a new
   model version, one row of `rounds.parquet` (`round` counts versions). Staleness of an
   arrival = versions aggregated since its dispatch.
+- Free slots are filled once per instant, after every event at that instant (and the server
+  steps they complete): devices that arrive together are not sent a version their
+  neighbours' updates are about to replace. With M = C, equal speeds and everyone online,
+  every update is fresh and FedBuff runs FedAvg's rounds (docs/methods/async.md).
 - Devices dispatched from the same version train together in one executor call (the hosts'
   lock-step or sequential training); the call is made lazily, when the first of them is
   needed or before the version changes. Which devices share a call never changes a number:
@@ -339,9 +343,10 @@ class AsyncExecutor:
             else:
                 self._event(dev)
             record = self._step() if len(book.buffer) >= self.agg.buffer else None
-            self._refill()
+            if not self.heap or self.heap[0][0] > at:  # the instant's last event: refill
+                self._refill()
             if record is not None:
-                record.row[f"{PREFIX}in_flight"] = len(book.flight)  # after the refill
+                record.row[f"{PREFIX}in_flight"] = len(book.flight)
                 if is_eval_round(book.version, sc) or self._eval_due(sc, record.row):
                     record.merge(self.server.evaluate(book.version))
                 record.row["wall_seconds"] = time.perf_counter() - wall0

@@ -11,14 +11,14 @@ from policies.aggregation.fedasync import FedAsync, FedAsyncParams
 from policies.aggregation.fedbuff import FedBuff, FedBuffParams
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.driver.checkpoint import load
+from raymm.driver.checkpoint import load, path_of, read
 from raymm.errors import ScenarioError
 from raymm.io import statefile
 from raymm.protocol.asynchrony import Arrivals, discount
 from raymm.sim.async_loop import WAKE, AsyncBook, Flight, Result
 from raymm.sim.serial import SerialExecutor
 
-from helpers import async_scenario, resume_from_round_3
+from helpers import async_scenario, resume_from_round_3, tiny_scenario
 
 
 def table(run_dir):
@@ -151,7 +151,6 @@ def test_resume_with_updates_in_flight_is_exact(tmp_path, method):
     ck = load(ref.run_dir)
     assert ck.round == 6
     first = sorted((ref.run_dir / "checkpoints").glob("*.safetensors"))[0]
-    from raymm.driver.checkpoint import read
     at3 = read(first).server["async"]
     assert len(at3["flight"]["ids"]) > 0                         # updates were in flight
     res = resume_from_round_3(tmp_path, ref)
@@ -177,3 +176,57 @@ def test_free_slots_wait_for_devices_to_come_online(tmp_path):
     assert (df["async/in_flight"] < 12).any()
     assert df["sim_seconds_total"].iloc[-1] > 60  # past the first availability slot
     assert_same_run(ref, resume_from_round_3(tmp_path, ref))
+
+
+
+def lockstep_fleet(n, **kw):
+    """n devices that are always online, hold the same number of samples and compute equally
+    fast: every update sent at one instant arrives at one instant."""
+    return tiny_scenario(**{
+        "population.devices": n, "clock.mode": "seconds",
+        "population.tiers": [{"sensors": ["a", "b"], "count": n}],
+        "population.availability": [{"pattern": "always", "fraction": 1.0}],
+        "population.partition": {"kind": "iid"},          # 400 samples, split evenly
+        "population.hardware": [{"gflops": 3e-6}],        # no jitter: equal speeds
+        "selection": {"name": "random", "k": n}, **kw})
+
+
+def test_fedbuff_with_m_equal_c_is_fedavg_round_for_round(tmp_path):
+    """FedBuff with M = C = every device, η = 1, equal speeds and everyone always online runs
+    synchronous FedAvg's rounds: all C updates of an instant arrive before any slot is
+    refilled, so each version is trained from the previous one by the same cohort. Equal up
+    to rounding: FedBuff adds the weighted mean float32 delta to x, FedAvg averages the
+    vectors."""
+    n, rounds = 4, 5
+    same = {"rounds": rounds, "output.checkpoint_every": 1, "output.keep_checkpoints": rounds}
+    buff = run(lockstep_fleet(n, method="fedbuff", **same, aggregation={
+        "name": "fedbuff", "concurrency": n, "buffer": n, "server_lr": 1.0}),
+        out=tmp_path / "fedbuff")
+    avg = run(lockstep_fleet(n, method="fedavg", **same), out=tmp_path / "fedavg")
+    for t in range(1, rounds + 1):
+        a = read(path_of(buff.run_dir, t)).server["params"]
+        b = read(path_of(avg.run_dir, t)).server["params"]
+        for g in b:
+            assert np.allclose(a[g], b[g], rtol=0, atol=1e-6), (t, g)
+    fb, fa = table(buff.run_dir), table(avg.run_dir)
+    assert (fb["async/staleness_max"] == 0).all() and (fb["participated"] == n).all()
+    assert np.allclose(fb["sim_seconds_total"], fa["sim_seconds_total"])
+    assert np.allclose(fb["train_loss"], fa["train_loss"], rtol=1e-6)
+    # the parameters did move: not two runs standing still
+    first = read(path_of(avg.run_dir, 1)).server["params"]
+    assert any(not np.allclose(first[g], avg.params[g], atol=1e-3) for g in first)
+
+
+def test_steps_within_one_instant_refill_after_the_last(tmp_path):
+    """C = 4, M = 2, equal speeds: the four updates of an instant make two versions, the second
+    from updates one version stale; the slots refill once, from the newest version, after the
+    instant's last event. A checkpoint between the two steps of one instant resumes exactly."""
+    ref = run(lockstep_fleet(4, method="fedbuff", rounds=7, **{"output.checkpoint_every": 3},
+                             aggregation={"name": "fedbuff", "concurrency": 4, "buffer": 2}),
+              out=tmp_path)
+    df = table(ref.run_dir)
+    assert df["async/staleness_max"].tolist() == [0, 1, 0, 1, 0, 1, 0]
+    assert df["async/in_flight"].tolist() == [2, 4, 2, 4, 2, 4, 2]
+    t = df["sim_seconds_total"].to_numpy()
+    assert t[0] == t[1] and t[2] == t[3] and t[1] < t[2]
+    assert_same_run(ref, resume_from_round_3(tmp_path, ref))    # round 3: mid-instant
