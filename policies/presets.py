@@ -129,13 +129,14 @@ for _name in ("fedadam", "fedyogi", "fedadagrad"):
 # Asynchronous aggregation on a simulated clock (raymm.sim.async_loop; docs/methods/async.md):
 # C devices in flight, random among the available ones when a slot frees; `rounds` counts
 # server steps. FedBuff: a step every M arrivals, stale updates discounted by 1/sqrt(1+s).
-# FedAsync: every arrival mixed in with weight alpha*(1+s)^-0.5.
+# FedAsync: every arrival mixed in with weight alpha*(1+s)^-0.5. The discount's a and b are
+# left unset so that choosing another function takes that function's own defaults.
 PRESETS["fedbuff"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
-    "name": "fedbuff", "concurrency": 10, "buffer": 5, "server_lr": 1.0, "staleness": "poly",
-    "staleness_a": 0.5}, "clock": {"mode": "seconds"}})
+    "name": "fedbuff", "concurrency": 10, "buffer": 5, "server_lr": 1.0, "staleness": "poly"},
+    "clock": {"mode": "seconds"}})
 PRESETS["fedasync"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
-    "name": "fedasync", "concurrency": 10, "alpha": 0.6, "staleness": "poly",
-    "staleness_a": 0.5}, "clock": {"mode": "seconds"}})
+    "name": "fedasync", "concurrency": 10, "alpha": 0.6, "staleness": "poly"},
+    "clock": {"mode": "seconds"}})
 
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
 METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",

@@ -5,8 +5,10 @@ One server step per arrival (buffer M = 1), per group the arrival sent:
     x ← (1 - a) x + a x_i,   a = α · f(s)
 
 with x_i the vector the device trained (from the version it was sent), s its staleness
-(server versions since its dispatch) and f a staleness function (default polynomial
-(1+s)^-0.5; constant and hinge as in the paper). `concurrency` devices train at once.
+(server versions since its dispatch) and f a staleness function: polynomial (1+s)^-a
+(default), constant 1, or hinge (1 up to b, then 1/(a(s-b)+1)), each with the paper's own
+parameters unless set (poly a = 0.5; hinge a = 10, b = 4: `DISCOUNT_DEFAULTS`).
+`concurrency` devices train at once.
 See docs/methods/async.md.
 """
 

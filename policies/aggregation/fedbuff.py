@@ -7,11 +7,11 @@ sent the group:
     x ← x + η · Σ_i w_i f(s_i) Δ_i / Σ_i w_i
 
 with Δ_i the arrival's trained vector minus the version it started from, s_i its staleness
-(server versions since its dispatch), f the staleness discount (default 1/√(1+s)), w_i its
-sample count (`weighting: samples`) or 1 (`uniform`, the paper's 1/M), and η the server
-learning rate. The sum runs in arrival order, in float64; the new vector is float32. With
-M = C, η = 1 and no staleness (every arrival from the current version) it is FedAvg.
-See docs/methods/async.md.
+(server versions since its dispatch), f the staleness discount (default 1/√(1+s), the
+paper's), w_i its sample count (`weighting: samples`) or 1 (`uniform`, the paper's 1/M), and η
+the server learning rate. The sum runs in arrival order, in float64; the new vector is
+float32. With M = C, η = 1 and no staleness (every arrival from the current version) a step is
+FedAvg's; the conditions under which a whole run is FedAvg's are in docs/methods/async.md.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from raymm.config.schema import Scenario
-from raymm.protocol.asynchrony import Arrivals, AsyncAggregator, Discount, discount
+from raymm.protocol.asynchrony import (
+    DISCOUNT_DEFAULTS,
+    Arrivals,
+    AsyncAggregator,
+    Discount,
+    discount,
+)
 from raymm.protocol.registry import AGGREGATORS
 
 
@@ -34,10 +40,22 @@ class AsyncParams(BaseModel):
     concurrency: int = Field(default=10, ge=1)
     #: f(s): poly (1+s)^-a, constant, or hinge (1 up to b, then 1/(a(s-b)+1))
     staleness: Discount = "poly"
-    #: a of the discount (poly: 0.5 is 1/√(1+s))
-    staleness_a: float = Field(default=0.5, ge=0)
-    #: b of the hinge discount
-    staleness_b: float = Field(default=4.0, ge=0)
+    #: a of the discount; unset: the function's own from Xie et al. 2019 (poly 0.5, which is
+    #: 1/√(1+s); hinge 10)
+    staleness_a: float | None = Field(default=None, ge=0)
+    #: b of the hinge discount; unset: Xie et al.'s 4 (hinge only)
+    staleness_b: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_defaults(cls, data: Any) -> Any:
+        """Fill an unset a and b from the chosen function's own defaults: a hinge must not
+        inherit the polynomial's a."""
+        if not isinstance(data, dict):
+            return data
+        own = DISCOUNT_DEFAULTS.get(data.get("staleness", "poly"), {})
+        return {**data, **{f"staleness_{k}": v for k, v in own.items()
+                           if data.get(f"staleness_{k}") is None}}
 
 
 class FedBuffParams(AsyncParams):

@@ -21,18 +21,30 @@ from raymm.protocol.seams import AggregationContext, Aggregator
 #: staleness discounts f(s): poly (1+s)^-a, constant 1, hinge 1 up to b then 1/(a(s-b)+1)
 Discount = Literal["poly", "constant", "hinge"]
 
+#: each discount's own parameters where the configuration leaves them unset: the values of Xie,
+#: Koyejo, Gupta, "Asynchronous Federated Optimization" (arXiv:1903.03934), in their
+#: experiments: FedAsync+Poly a = 0.5, FedAsync+Hinge a = 10, b = 4. Poly with a = 0.5 is also
+#: FedBuff's 1/√(1+s) (Nguyen et al., AISTATS 2022). A hinge that shared poly's a = 0.5 would
+#: discount stale updates far less (f(6) = 0.5 instead of 1/21).
+DISCOUNT_DEFAULTS: dict[str, dict[str, float]] = {
+    "poly": {"a": 0.5}, "constant": {}, "hinge": {"a": 10.0, "b": 4.0}}
 
-def discount(kind: str, staleness: np.ndarray, a: float = 0.5, b: float = 4.0) -> np.ndarray:
-    """f(s) per arrival, float64 (Xie et al.'s FedAsync functions; FedBuff's 1/√(1+s) is poly
-    with a = 0.5)."""
+
+def discount(kind: str, staleness: np.ndarray, a: float | None = None,
+             b: float | None = None) -> np.ndarray:
+    """f(s) per arrival, float64 (Xie et al.'s FedAsync functions). `a` and `b` left at None
+    take the function's own defaults (`DISCOUNT_DEFAULTS`)."""
+    if kind not in DISCOUNT_DEFAULTS:
+        raise ValueError(f"unknown staleness discount {kind!r}")
+    own = DISCOUNT_DEFAULTS[kind]
+    a = own.get("a", 0.0) if a is None else a
+    b = own.get("b", 0.0) if b is None else b
     s = np.asarray(staleness, np.float64)
     if kind == "poly":
         return (1.0 + s) ** (-a)
-    if kind == "constant":
-        return np.ones_like(s)
     if kind == "hinge":
         return np.where(s <= b, 1.0, 1.0 / (a * (s - b) + 1.0))
-    raise ValueError(f"unknown staleness discount {kind!r}")
+    return np.ones_like(s)
 
 
 @dataclass(frozen=True)
