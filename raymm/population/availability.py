@@ -8,8 +8,10 @@ A device is available in intervals [start, end) of simulated time. Two sources g
   (t-1)·S, and the periodic pattern gives exactly the online sets it gave per round.
 - `TraceAvailability`: intervals read from a device trace (`raymm.population.traces.Trace`),
   each device mapped to one trace entry. Simulated second 0 is the trace's earliest observed
-  instant (its common axis), and an entry's observed window [w0, w1) repeats forever, so a run
-  that outlasts a window reads it again from its start.
+  instant (its common axis), and an entry's observed window [w0, w1) repeats with its period
+  in both directions: a run that outlasts the window reads it again from its start, and an
+  instant before w0 (an entry observed later than the first) reads the window a whole number
+  of periods later, not "offline" (docs/time.md says why).
 
 The API (stable; the asynchronous loop and the synchronous round both use it), every method
 vectorised over `devices` (int ids, default: all) at one instant `seconds`:

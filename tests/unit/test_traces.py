@@ -156,6 +156,8 @@ def test_real_flash_trace():
     root = full_data("flash_state_traces.json")
     tr = load_flash(root / "flash_state_traces.json")
     assert tr.entries == 710
+    # whole days: a window repeated before or after itself keeps the time of day (docs/time.md)
+    assert (np.mod(tr.span, 86400.0) == 0).all()
     share = tr.online_share()
     assert 0.03 < float(np.median(share)) < 0.08 and float(share.max()) <= 0.79
     av = TraceAvailability(tr, map_devices(2000, tr, seed=0))
@@ -178,3 +180,19 @@ def test_validate_names_a_bad_trace(tmp_path):
     text = str(err.value)
     assert "population.trace.path: trace file not found" in text
     assert "only format: fedscale has a capacity file" in text
+
+
+def test_before_its_window_a_device_reads_the_window_a_period_later():
+    """The rule for a window that starts after simulated second 0: the window repeats with its
+    period in both directions, so before w0 a device is where it is one period later (FLASH's
+    windows are whole days: the same time of day). Entry 'late' is observed over [500, 1500)
+    and online in [1100, 1200); entry 'early' sets the common axis' origin at 0."""
+    tr = build_trace(["early", "late"], [[(0, 10)], [(1100, 1200)]], [(0, 1000), (500, 1500)])
+    av = TraceAvailability(tr, np.array([1], np.int32))
+    # second 100 is read one period later, at 1100: online, until 200 (as 1100 until 1200)
+    assert av.available(100.0)[0] and av.available(1100.0)[0]
+    assert av.departure(100.0)[0] == 200.0
+    assert not av.available(50.0)[0] and av.next_arrival(50.0)[0] == 100.0
+    assert not av.available(250.0)[0] and av.next_arrival(250.0)[0] == 1100.0
+    for s in np.arange(0.0, 500.0, 7.3):  # the same as one period later
+        assert av.available(s)[0] == av.available(s + 1000.0)[0], s
