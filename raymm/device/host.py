@@ -171,26 +171,15 @@ class DeviceHost:
             if self.spec.privacy.on and plan.upload:
                 sent, extra = privacy.privatize(
                     self.spec.privacy, self.spec.seed, plan.round, dev, sent,
-                    start if mode == "params" else None, self._clip(broadcast),
-                    self._clip_shares, self._noise(broadcast))
+                    start if mode == "params" else None,
+                    privacy.round_clip(self.spec.privacy, broadcast.extras),
+                    self._clip_shares, privacy.round_noise(broadcast.extras))
                 out = replace(out, extras={**out.extras, **extra})
             # a round without upload (periodic sync, Local) sends nothing, extras included
             if sent is not out.updates or not plan.upload:
                 out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
             outcomes.append((list(sent), out))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors, reports)
-
-    def _clip(self, broadcast: Broadcast) -> float | None:
-        """The round's clip bound C: the server's (adaptive clipping moves it), else the
-        scenario's."""
-        c = broadcast.extras.get(privacy.CLIP)
-        return float(c[0]) if c is not None else self.spec.privacy.clip
-
-    @staticmethod
-    def _noise(broadcast: Broadcast) -> float | None:
-        """Local mode's σ as the server sends it (None: the scenario's own)."""
-        s = broadcast.extras.get(privacy.NOISE)
-        return float(s[0]) if s is not None else None
 
     def _modality_report(self, dev: int, held: np.ndarray, plan: RoundPlan,
                          broadcast: Broadcast) -> np.ndarray:

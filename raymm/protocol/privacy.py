@@ -98,6 +98,19 @@ def privatize(spec: PrivacySpec, seed: int, rnd: int, device: int,
     return clipped, extras
 
 
+def round_clip(spec: PrivacySpec, extras: Mapping[str, np.ndarray]) -> float | None:
+    """The round's clip bound C: the server's in the broadcast `extras` (adaptive clipping
+    moves it), else the scenario's."""
+    c = extras.get(CLIP)
+    return float(c[0]) if c is not None else spec.clip
+
+
+def round_noise(extras: Mapping[str, np.ndarray]) -> float | None:
+    """Local mode's σ as the server broadcast it (None: the scenario's own)."""
+    s = extras.get(NOISE)
+    return float(s[0]) if s is not None else None
+
+
 def with_selection_secret(sc: Scenario) -> Scenario:
     """`sc` with `privacy.selection_secret` read from RAYMM_SELECTION_SECRET when the
     scenario has none (the field is never written to config.yaml)."""

@@ -60,10 +60,19 @@ def epsilon(kind: str, ev: dp_accounting.DpEvent, delta: float) -> float:
 def calibrate(kind: str, make: Callable[[float], dp_accounting.DpEvent], target: float,
               delta: float) -> float:
     """The smallest noise multiplier σ whose event `make(σ)` spends at most `target` at
-    `delta` (the library's own bisection)."""
+    `delta` (the library's own bisection). PLD's bisection starts from RDP's answer (an upper
+    end: RDP's ε is the larger at any σ), since a PLD at a tiny σ does not fit in memory."""
+    rdp_sigma = float(dp_accounting.calibrate_dp_mechanism(
+        lambda: accountant("rdp"), make, target, delta,
+        dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+    if kind == "rdp":
+        return rdp_sigma
+    low = rdp_sigma / 2
+    while low > 1e-2 and epsilon(kind, make(low), delta) <= target:
+        low /= 2
     return float(dp_accounting.calibrate_dp_mechanism(
         lambda: accountant(kind), make, target, delta,
-        dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+        dp_accounting.ExplicitBracketInterval(low, rdp_sigma), tol=1e-4))
 
 
 def _releases(ev: dp_accounting.DpEvent) -> int:

@@ -70,3 +70,59 @@ def test_private_run_on_ray_equals_serial_and_resumes(tmp_path: Path, ray_sessio
     assert_same_run(serial, on_ray)
     res = resume_from_round_3(tmp_path, on_ray)
     assert_same_run(serial, res)
+
+
+def test_local_target_epsilon_run_adds_the_solved_noise(tmp_path: Path, monkeypatch) -> None:
+    """Local DP with σ solved for a target ε: every device adds N(0, (σC)²) with the σ the
+    run reports (the devices once read the scenario's unset σ and added nothing)."""
+    from raymm.protocol import privacy as device_privacy
+    stds: list[float] = []
+    real = device_privacy.local_noise
+
+    def spy(seed: int, rnd: int, device: int, update: Any, std: float) -> Any:
+        stds.append(std)
+        return real(seed, rnd, device, update, std)
+    monkeypatch.setattr(device_privacy, "local_noise", spy)
+    target = {"mode": "local", "target_epsilon": 4.0, "on_target": "calibrate", "clip": 0.5}
+    res = run(tiny_scenario(**{"rounds": 3, "privacy": target}), out=tmp_path)
+    sigma = res.summary["privacy"]["noise_multiplier"]
+    assert sigma > 0 and stds and set(stds) == {sigma * 0.5}
+    assert len(stds) == sum(r["participated"] for r in table(res.run_dir).to_dict("records"))
+    assert res.summary["privacy"]["epsilon"] <= 4.0
+
+
+def test_secret_poisson_run_resumes_without_the_secret_in_its_files(
+        tmp_path: Path, monkeypatch) -> None:
+    """A Poisson cohort from a secret stream (given by RAYMM_SELECTION_SECRET): the secret is
+    in no file a run publishes, the cohorts differ from the published seed's, and a resume
+    from the checkpoint (the trusted server's own state) draws the same cohorts again."""
+    dp = {"mode": "central", "noise_multiplier": 1.0, "clip": 0.5, "sampling": "poisson"}
+    sc = scenario(dp)
+    sc["population"]["availability"] = [{"pattern": "always"}]
+    public = run(sc, out=tmp_path / "public")
+    monkeypatch.setenv("RAYMM_SELECTION_SECRET", "424242")
+    ref = run(sc, out=tmp_path / "secret")
+    assert "Poisson-sampled" in ref.summary["privacy"]["assumption"]
+    assert "published seed" in public.summary["privacy"]["assumption"]
+    assert table(ref.run_dir)["selected"].tolist() != table(public.run_dir)["selected"].tolist()
+    for f in ref.run_dir.iterdir():
+        if f.is_file() and f.suffix in (".yaml", ".json"):
+            assert "424242" not in f.read_text(), f.name
+    monkeypatch.delenv("RAYMM_SELECTION_SECRET")
+    res = resume_from_round_3(tmp_path, ref)
+    assert_same_run(ref, res)
+
+
+def test_device_budget_stops_devices_and_the_ledger_reports_them(tmp_path: Path) -> None:
+    """`device_budget`: no device takes part once one more release would pass its ε; the
+    summary's per-device ledger lists each device's ε (all within the budget) and the worst."""
+    dp = {"mode": "central", "noise_multiplier": 2.0, "clip": 0.5, "device_budget": 3.0}
+    res = run(tiny_scenario(**{"rounds": 12, "selection.k": 8, "privacy": dp}), out=tmp_path)
+    led = res.summary["privacy"]
+    assert len(led["device_epsilon"]) == 12
+    assert max(led["device_epsilon"]) == led["worst_device_epsilon"] == led["epsilon"] <= 3.0
+    assert led["device_epsilon"][led["worst_device"]] == led["worst_device_epsilon"]
+    cap = max(led["participations"])
+    assert 0 < cap < 12 and led["devices_at_cap"] > 0  # the budget did stop devices
+    rows = table(res.run_dir)
+    assert rows["selected"].iloc[-1] < 8  # fewer than k left to pick from

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from dp_accounting import rdp
+from privacy_audit import Central, Local, ledger, scenario
 
 from raymm.app.api import run
 from raymm.app.build import load_scenario
@@ -321,3 +322,46 @@ def test_validation_refuses_what_the_mechanism_does_not_cover():
     ok = load_scenario(tiny_scenario(privacy=dp, method="tide",
                                      **{"objective.lambda_p": 0.0}))
     assert ok.privacy.on
+
+
+def test_default_delta_is_below_one_over_n_squared_and_1e_5():
+    from raymm.server.privacy import default_delta
+    assert default_delta(100) == 1e-5          # 1/N² = 1e-4: the ceiling decides
+    assert default_delta(1000) == 1e-6         # 1/N² decides
+    assert _ledger(n=100, noise_multiplier=1.0).delta == 1e-5
+
+
+CALIBRATIONS = {"sigma": {"noise_multiplier": 1.5},
+                "calibrate": {"target_epsilon": 4.0, "on_target": "calibrate"},
+                "stop": {"noise_multiplier": 1.5, "target_epsilon": 4.0, "on_target": "stop"}}
+CLIPPINGS = {"fixed": {"clip": 0.5}, "adaptive": {"clip": 0.5, "adaptive_clip": True},
+             "none": {"clip": None}}
+
+
+@pytest.mark.parametrize("mode", ["central", "local"])
+@pytest.mark.parametrize("calibration", sorted(CALIBRATIONS))
+@pytest.mark.parametrize("clipping", sorted(CLIPPINGS))
+def test_every_mode_calibration_and_clipping_works_or_is_refused(mode, calibration, clipping):
+    """Each combination either validates and then noises as the ledger accounts (the upload
+    of local mode, the release of central mode, carry noise of σ·C with the σ the ledger
+    reports), or is refused with a message naming the setting."""
+    privacy = {"mode": mode, **CALIBRATIONS[calibration], **CLIPPINGS[clipping]}
+    refused = (clipping == "none") or (mode == "local" and clipping == "adaptive")
+    if refused:
+        with pytest.raises(ValueError, match="privacy") as err:
+            Scenario.model_validate({"name": "p", "rounds": 3, "privacy": privacy})
+        assert ("clip: null" in str(err.value)) or ("adaptive_clip needs mode: central"
+                                                   in str(err.value))
+        return
+    world = Local(privacy, a=0.0, b=0.0) if mode == "local" else Central(privacy, n=2, k=2)
+    scores = world.scores(True, 400, seed=3)  # the canary's update is 0 in local mode
+    led = ledger(scenario(privacy, world.n, world.n if mode == "local" else 2, seed=3), world.n)
+    assert led.sigma > 0 and np.isfinite(led.epsilon(1))
+    if clipping == "adaptive":  # C moves every release: the noise is there, its scale moves
+        assert scores.std() > 0
+        return
+    # the scores are the noise: its std is σ·C (local, on the upload) or σ·C/D (central)
+    want = led.sigma * 0.5 if mode == "local" else led.sigma * 0.5 / 2
+    if mode == "central":
+        scores = scores - 0.5 / 2  # the canary's clipped update, over D = 2
+    assert abs(scores.std() / want - 1) < 0.15 and abs(scores.mean()) < 4 * want / 20
