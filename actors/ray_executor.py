@@ -53,7 +53,7 @@ from actors.server_actor import ServerActor
 from raymm.config.schema import ExecutionSpec, Scenario
 from raymm.data.mapped import for_workers
 from raymm.device.footprint import footprint
-from raymm.device.lockstep import why_not_vectorised
+from raymm.device.lockstep import LockstepFallback, why_not_vectorised
 from raymm.errors import RaymmError
 from raymm.models.build import build_model
 from raymm.population.faults import host_kills
@@ -209,7 +209,12 @@ class RayExecutor:
 
     def _died(self, i: int, t: int, exc: BaseException) -> None:
         """Actor i died in round t: one line and the run stops when Ray says it was for
-        memory (restarting it would only repeat that); otherwise it is revived."""
+        memory (restarting it would only repeat that); otherwise it is revived. A lock-step
+        fallback raised under strict mode (`raymm.device.lockstep.strict`) is no death: it
+        stops the run."""
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, LockstepFallback):
+            raise cause
         if killed_for_memory(exc):
             ids = self.blocks[i]
             raise ActorOutOfMemory(

@@ -1,7 +1,9 @@
-"""Shared fixtures: one small local Ray per test session, tiny scenarios."""
+"""Shared fixtures: one small local Ray per test session, tiny scenarios; lock-step training
+that falls back to the sequential path fails the test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,20 @@ import pytest
 from needs import full_data
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: `raymm.device.lockstep.STRICT_VAR` (not imported: that would load torch for every test).
+#: Set before any Ray starts, so the Ray workers a test starts inherit it: a lock-step program
+#: that falls back raises wherever it runs, and a run stops on a round that counts one
+STRICT_LOCKSTEP = "RAYMM_STRICT_LOCKSTEP"
+os.environ[STRICT_LOCKSTEP] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _lockstep_fallback(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked `lockstep_fallback` expects a fallback: strict mode is off for it (in
+    this process; a Ray already running keeps its workers' setting)."""
+    if request.node.get_closest_marker("lockstep_fallback") is not None:
+        monkeypatch.setenv(STRICT_LOCKSTEP, "0")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,6 +25,9 @@ How it measures (the workload: docs/workload.md):
     read only after the last timed round and after the final, evaluating round, which no
     timed round follows, and the bare loop's, whose one busy core leaves the other free,
     every second. The table shows the fastest run's numbers, bench.json every run's.
+  * Lock-step fallbacks: a vectorised run's devices per round whose lock-step program raised
+    and that trained sequentially instead (the rows' `lockstep_fallbacks`), printed per round
+    and in the table; a fallback makes the round slower, not other.
   * Ray nices its worker processes to 15; on a machine shared with other work that makes the
     DeviceActors yield the CPU to everything else while the bare loop runs at nice 0. The bench
     starts Ray with `RAY_worker_niceness=0` (unless set) so both compete on equal terms.
@@ -184,6 +187,8 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
     walls = [r["wall_seconds"] for r in res.rows[:rounds]]  # the last round evaluates
     return {"impl": f"raymm {mode}", "executor": executor, "steady_s": steady(walls),
             "round_seconds": [round(w, 4) for w in walls],
+            # devices per round whose lock-step program fell back to sequential training
+            "fallbacks": [int(r.get("lockstep_fallbacks", 0)) for r in res.rows[:rounds]],
             "final_acc": res.summary["final_accuracy"], "peak_mb": mem.peak_mb,
             "tree_pss_mb": mem.tree_pss_mb}
 
@@ -291,7 +296,9 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                          "ratio_paired_median": paired[len(paired) // 2],
                          "steady_all": [r["steady_s"] for r in rs],
                          "peak_mb_all": [round(r["peak_mb"]) for r in rs],
-                         "tree_pss_mb_all": [round(r["tree_pss_mb"]) for r in rs]})
+                         "tree_pss_mb_all": [round(r["tree_pss_mb"]) for r in rs],
+                         **({"fallbacks_all": [sum(r["fallbacks"]) for r in rs]}
+                            if "fallbacks" in best else {})})
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "time": time.ctime(),
             "rounds": args.rounds, "executor": args.executor}
@@ -311,19 +318,25 @@ def _floor_line(f: dict[str, Any]) -> str:
 
 
 def _line(r: dict[str, Any]) -> str:
+    fell = f", lock-step fallbacks per round {r['fallbacks']}" if "fallbacks" in r else ""
     return (f"N={r['N']} K={r['K']} {r['impl']}: steady {r['steady_s']:.4f} s/round "
-            f"(ratio {r['ratio']:.3f}), rounds {r['round_seconds']}, acc {r['final_acc']}")
+            f"(ratio {r['ratio']:.3f}), rounds {r['round_seconds']}, acc {r['final_acc']}"
+            f"{fell}")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = f"{'N':>6} {'K':>5}  {'implementation':<25} {'steady s/round':>14} {'ratio':>7} " \
-           f"{'paired':>7} {'final acc':>9} {'peak MB':>8} {'tree PSS MB':>11}"
+           f"{'paired':>7} {'final acc':>9} {'peak MB':>8} {'tree PSS MB':>11} {'fallbacks':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
+        fell = str(max(r["fallbacks_all"])) if "fallbacks_all" in r else "-"
         lines.append(f"{r['N']:>6} {r['K']:>5}  {r['impl']:<25} {r['steady_s']:>14.4f} "
                      f"{r['ratio']:>7.3f} {r['ratio_paired_median']:>7.3f} "
-                     f"{r['final_acc']:>9.4f} {r['peak_mb']:>8.0f} {r['tree_pss_mb']:>11.0f}")
+                     f"{r['final_acc']:>9.4f} {r['peak_mb']:>8.0f} {r['tree_pss_mb']:>11.0f} "
+                     f"{fell:>9}")
     lines.append("steady: fastest of the repeats; ratio: that over the bare loop's fastest; "
                  "paired: median over repeats of each run's ratio to the bare loop run just "
-                 "before it")
+                 "before it; fallbacks: devices that fell back from lock-step to sequential "
+                 "training in the timed rounds (the most of any repeat; per round: the lines "
+                 "above)")
     return "\n".join(lines)

@@ -61,13 +61,20 @@ Falls back to the sequential path, with the reason logged (once per host), when 
 does not declare `vectorisable`, when the model has buffers (e.g. batch norm), or for a bucket
 whose lock-step run raises (e.g. `device_tensors` of different shapes across devices) (its
 devices then train sequentially, so a crashing device is still recorded as that device's
-failure).
+failure). The latter is a fallback: the trainer counts its devices by reason each round
+(`LockstepTrainer.fallbacks`), the host's result carries them
+(`HostResult.lockstep_fallbacks`) and the round's row sums them (`lockstep_fallbacks`), so a
+fast path that fails is seen, not just slower. Under `RAYMM_STRICT_LOCKSTEP=1` (`strict`: the
+tests and the reference runs) the trainer raises instead (`LockstepFallback`), and so does the
+round loop on a round whose row counts any (`raymm.sim.engine.run_round`: for a Ray worker
+started without the variable).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -89,6 +96,28 @@ from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import ClosedFormLoss, DeviceFinish, Objective
 
 log = logging.getLogger("raymm.device.lockstep")
+
+#: set to 1, a lock-step program that falls back to sequential training stops the run (the
+#: tests and the reference runs set it: a fast path must not fail in silence there)
+STRICT_VAR = "RAYMM_STRICT_LOCKSTEP"
+
+
+def strict() -> bool:
+    """Whether a fallback is an error here (`STRICT_VAR`), read at each call so a test can
+    switch it."""
+    return os.environ.get(STRICT_VAR, "") == "1"
+
+
+class LockstepFallback(RuntimeError):
+    """Lock-step programs fell back to sequential training under `strict` mode (one
+    message argument: it crosses Ray's process boundary as it is)."""
+
+
+def fallback_error(where: str, fallbacks: Mapping[str, int]) -> LockstepFallback:
+    """The error that stops a strict run: where, and each reason with its devices."""
+    reasons = "; ".join(f"{n} device(s): {why}" for why, n in sorted(fallbacks.items()))
+    return LockstepFallback(f"{where}: lock-step training fell back to the sequential path "
+                            f"({reasons}); {STRICT_VAR}=1 makes that an error")
 
 
 def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
@@ -155,6 +184,9 @@ class LockstepTrainer:
         #: devices train (and hand out) their own adapter, the `local` group
         self.use_adapter = bool(self.objective.uses_adapter and LOCAL in self.layout.slots)
         self.fallback: dict[str, np.ndarray] = {}
+        #: this round's programs that raised, their devices trained sequentially instead:
+        #: reason ("Type: message") -> devices
+        self.fallbacks: dict[str, int] = {}
         self.received: dict[str, np.ndarray] = {}
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
@@ -171,7 +203,8 @@ class LockstepTrainer:
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:
         """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
-        left out (the caller trains them sequentially) and the error is logged. `active`: the
+        left out (the caller trains them sequentially), the error is logged and counted in
+        `fallbacks` (under `strict`: raised as `LockstepFallback`). `active`: the
         round's active groups, what a program that mixes sensor sets trains (see
         `_train_chunk`)."""
         self.base.start_round(rnd)
@@ -186,6 +219,7 @@ class LockstepTrainer:
         extras = {k: torch.from_numpy(v).to(self.base.device)
                   for k, v in broadcast.extras.items()}
         runs: list[ChunkRun] = []
+        self.fallbacks = {}
         for bucket in self._buckets(requests):
             for start in range(0, len(bucket), self.chunk):
                 chunk = bucket[start:start + self.chunk]
@@ -194,6 +228,10 @@ class LockstepTrainer:
                 except Exception as exc:  # noqa: BLE001 - those devices go sequential
                     log.warning("vectorised training of %d device(s) failed (%s: %s); they "
                                 "train sequentially", len(chunk), type(exc).__name__, exc)
+                    why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+                    self.fallbacks[why] = self.fallbacks.get(why, 0) + len(chunk)
+                    if strict():
+                        raise fallback_error(f"round {rnd}", {why: len(chunk)}) from exc
         return runs
 
     def outcomes(self, runs: list[ChunkRun], rnd: int) -> dict[int, DeviceOutcome]:

@@ -6,6 +6,7 @@ device state, uploads, stacking -- stays `DeviceHost`'s own.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 
@@ -54,6 +55,14 @@ class LockstepHost(DeviceHost):
         vec = self.vec
         if vec is None:
             return super().train(plan, broadcast)
+        result = self._train_lockstep(plan, broadcast, vec)
+        # the devices whose program raised trained sequentially: the round's row counts them
+        return replace(result, lockstep_fallbacks=dict(vec.fallbacks)) if vec.fallbacks \
+            else result
+
+    def _train_lockstep(self, plan: RoundPlan, broadcast: Broadcast, vec: LockstepTrainer
+                        ) -> HostResult:
+        """`train`'s work; `vec.fallbacks` then holds the devices that fell back."""
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         if self._plain(plan, broadcast) and not crash.any():

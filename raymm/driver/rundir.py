@@ -317,6 +317,7 @@ TB_TAGS = {
     "failed": "faults/devices_crashed",
     "lost": "faults/devices_lost_with_actor",
     "stragglers": "faults/stragglers",
+    "lockstep_fallbacks": "lockstep/fallbacks",
     "actors_killed": "faults/actors_killed",
     "sim_seconds": "time/sim_seconds_per_round",
     "wall_seconds": "time/wall_seconds_per_round",

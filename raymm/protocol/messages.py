@@ -148,6 +148,9 @@ class HostResult:
     #: small per-device statistics the server asked for (`RoundPlan.report`): name -> [n, ...],
     #: negative entries meaning "not reported"; counted as uplink
     reports: dict[str, np.ndarray] = field(default_factory=dict)
+    #: devices whose lock-step program raised, so that they trained sequentially, by reason
+    #: (`raymm.device.lockstep`): the same numbers, slower. Not traffic: the simulator's own
+    lockstep_fallbacks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,8 @@ class UpdateBatch:
     #: group -> the group's mean, already formed (a private round: the noised sum over the
     #: fixed denominator, `raymm.server.privacy`); its rows are not in `updates`
     means: dict[str, np.ndarray] = field(default_factory=dict)
+    #: every host's `HostResult.lockstep_fallbacks`, summed by reason
+    lockstep_fallbacks: dict[str, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -248,7 +253,8 @@ class UpdateBatch:
         return UpdateBatch(self.device_ids[keep], self.num_samples[keep],
                            self.compute_seconds[keep], self.loss[keep], updates, senders,
                            {k: v[keep] for k, v in self.extras.items()}, self.failed, self.errors,
-                           reports={k: v[keep] for k, v in self.reports.items()})
+                           reports={k: v[keep] for k, v in self.reports.items()},
+                           lockstep_fallbacks=self.lockstep_fallbacks)
 
     def group_weights(self, group: str) -> np.ndarray:
         """Sample counts of the devices that sent `group`, in row order."""
@@ -265,6 +271,10 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
     failed = np.sort(np.concatenate([r.failed for r in results])) if results \
         else np.zeros(0, np.int64)
     errors = tuple(e for r in results for e in r.errors)
+    fallbacks: dict[str, int] = {}
+    for r in results:
+        for why, n in r.lockstep_fallbacks.items():
+            fallbacks[why] = fallbacks.get(why, 0) + n
     results = [r for r in results if r.device_ids.shape[0]]
     ids = np.concatenate([r.device_ids for r in results]) if results else np.zeros(0, np.int64)
     order = np.argsort(ids, kind="stable")
@@ -303,4 +313,5 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
         device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
         compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
         updates=updates, senders=senders, extras=extras,
-        failed=failed, errors=errors, partials=partials, reports=reports)
+        failed=failed, errors=errors, partials=partials, reports=reports,
+        lockstep_fallbacks=fallbacks)

@@ -32,6 +32,9 @@ class RoundRecord:
     #: float64 [N] under privacy: each device's ε so far at the run's δ (the privacy ledger's
     #: per-device column; the row's `privacy/epsilon` is its largest value)
     device_epsilon: np.ndarray | None = None
+    #: devices whose lock-step program fell back to sequential training this round, by reason
+    #: (`UpdateBatch.lockstep_fallbacks`; the row's `lockstep_fallbacks` is their sum)
+    lockstep_fallbacks: dict[str, int] = field(default_factory=dict)
 
     def merge(self, other: RoundRecord) -> None:
         """Add another part of the same round (its evaluation) to this record: its columns

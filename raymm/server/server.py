@@ -169,6 +169,7 @@ class Server:
         traffic and time. `lost` lists selected devices whose host died this round."""
         self._planned = None
         batch = merge_results(results)
+        fallbacks = batch.lockstep_fallbacks
         down = self._downlink(plan)
         up = self._uplink(batch)
         dev_seconds = batch.compute_seconds + comm_seconds(
@@ -222,6 +223,8 @@ class Server:
             "selected": int(plan.selected.shape[0]), "participated": batch.n,
             "failed": int(batch.failed.shape[0]), "lost": n_lost,
             "stragglers": int(late.sum()),
+            # devices a lock-step program handed to sequential training: slower, same numbers
+            "lockstep_fallbacks": sum(fallbacks.values()),
             "bytes_down": int(down.sum()), "bytes_up": int(up.sum()),
             "bytes_total": self.bytes_up + self.bytes_down,
             "sim_seconds": round_time, "sim_seconds_total": self.sim_seconds,
@@ -230,7 +233,8 @@ class Server:
             **clock_row, **agg_stats, **self._policy_stats(),
             **(self.privacy.account(t) if self.privacy is not None else {}),
         }, selected=plan.selected, diverged=bad,
-            device_epsilon=None if self.privacy is None else self.privacy.device_epsilon())
+            device_epsilon=None if self.privacy is None else self.privacy.device_epsilon(),
+            lockstep_fallbacks=dict(fallbacks))
 
     def _observe_times(self, batch: UpdateBatch, lost: np.ndarray | None) -> None:
         """Record the simulated training time of every selected device that trained, or tried

@@ -10,7 +10,9 @@ setup) and both flagship methods on each executor.
     python scenarios/scripts/reference_runs.py --compare /tmp/before.json /tmp/after.json
 
 The TIDE and FedMChain runs read real data from `RAYMM_DATA`; without it they are left out (and
-the file says so).
+the file says so). The runs are strict about lock-step training (`RAYMM_STRICT_LOCKSTEP=1`,
+unless set otherwise): a lock-step program that falls back to the sequential path stops the
+run, since its fingerprint would then be the sequential path's.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def run_all(names: list[str]) -> dict[str, object]:
 
     out: dict[str, object] = {}
     have_data = bool(os.environ.get("RAYMM_DATA"))
+    # before any Ray starts, so that its workers inherit it (`raymm.device.lockstep.strict`)
+    os.environ.setdefault("RAYMM_STRICT_LOCKSTEP", "1")
     for name in names:
         scenario, overrides, needs_data = RUNS[name]
         if needs_data and not have_data:

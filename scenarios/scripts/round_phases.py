@@ -5,7 +5,9 @@
 
 runs the scenario on the serial executor without evaluations and prints the steady round time
 (median and mean over rounds 3..R: round 1 carries start-up, round 2 the first allocations of
-full size) and, per phase, the milliseconds per steady round spent in it. Phases nest (the local
+full size), per phase the milliseconds per steady round spent in it, and per round the devices
+whose lock-step program fell back to sequential training (a phase's time means little when
+some did; the trainer's warnings say why). Phases nest (the local
 update is part of the lock-step programs, which are part of the host's training), so they do
 not add up; what the host's training leaves of a round is the server's and the engine's. On Ray
 the host phases run in the DeviceActors, each on its share of the selected devices, and Ray's
@@ -169,10 +171,12 @@ OWN_ROOTS = _own_roots()
 
 
 def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
-            kernels: KernelTimer | None = None) -> tuple[list[float], dict[str, float]]:
+            kernels: KernelTimer | None = None, fallbacks: list[int] | None = None
+            ) -> tuple[list[float], dict[str, float]]:
     """(wall seconds of rounds 1..R, seconds per phase summed over rounds 3..R); `kernels`
-    counts the kernels of rounds 3..R. One round more runs uncounted: a run's last round
-    ends with the final evaluation."""
+    counts the kernels of rounds 3..R; `fallbacks` gets, per round 1..R, the devices whose
+    lock-step program fell back to sequential training (the row's `lockstep_fallbacks`). One
+    round more runs uncounted: a run's last round ends with the final evaluation."""
     from raymm.app.api import run
 
     walls: list[float] = []
@@ -182,6 +186,8 @@ def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
             if row["round"] > rounds:
                 return
             walls.append(row["wall_seconds"])
+            if fallbacks is not None:
+                fallbacks.append(int(row.get("lockstep_fallbacks", 0)))
             if row["round"] == 2:
                 timer.reset()
                 if kernels is not None:
@@ -220,11 +226,15 @@ def steady_ms(walls: list[float]) -> float:
     return 1e3 * statistics.median(walls[2:])
 
 
-def report(walls: list[float], seconds: dict[str, float]) -> str:
+def report(walls: list[float], seconds: dict[str, float],
+           fallbacks: list[int] | None = None) -> str:
     steady = walls[2:]
     lines = [f"steady round (rounds 3..{len(walls)}): median {1e3 * statistics.median(steady):.2f}"
              f" ms, mean {1e3 * statistics.mean(steady):.2f} ms", "ms per steady round:"]
     lines += [f"  {label:40s} {1e3 * s / len(steady):8.2f}" for label, s in seconds.items() if s]
+    if fallbacks is not None:   # why: the lock-step trainer's warnings
+        lines.append(f"lock-step fallbacks per round (devices trained sequentially instead): "
+                     f"{fallbacks}")
     return "\n".join(lines)
 
 
@@ -246,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 3:
         p.error("--rounds: at least 3 (rounds 1 and 2 are not steady)")
     base, rounds = args.set, args.rounds
-    walls, seconds = profile(args.scenario, base, rounds, args.out)
-    print(report(walls, seconds))
+    fallbacks: list[int] = []
+    walls, seconds = profile(args.scenario, base, rounds, args.out, fallbacks=fallbacks)
+    print(report(walls, seconds, fallbacks))
     if args.ops and not args.kernels:
         p.error("--ops: only with --kernels")
     if args.kernels:

@@ -70,6 +70,8 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
         assert r["steady_s"] > 0 and r["ratio"] == pytest.approx(r["steady_s"] /
                                                                  rows[0]["steady_s"])
         assert len(r["round_seconds"]) in (2, 3) and 0 <= r["final_acc"] <= 1
+        # raymm's timed rounds: no device fell back from lock-step training
+        assert r.get("fallbacks", [0, 0]) == [0, 0] and r.get("fallbacks_all", [0]) == [0]
     # sequential and vectorised raymm train the same model (to float32 rounding)
     assert rows[1]["final_acc"] == pytest.approx(rows[2]["final_acc"], abs=0.01)
     assert all(r["tree_pss_mb"] > 0 for r in rows)  # raymm's tree is read between rounds
@@ -81,6 +83,7 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
     assert floor["gflop"] == pytest.approx(bench_floor.round_flops(4, 64, 64, 6, 64, 32, 1) / 1e9)
     out = capsys.readouterr().out
     assert "bare_loop" in out and "arithmetic floor" in out and "N=40 K=4 matrix products" in out
+    assert "lock-step fallbacks per round [0, 0]" in out
 
 
 def test_the_floor_counts_the_products_a_lockstep_step_makes():

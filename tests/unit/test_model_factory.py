@@ -256,6 +256,7 @@ def make_dropout(ctx: ModelContext) -> nn.Module:
     return Drop()
 
 
+@pytest.mark.lockstep_fallback
 def test_a_modules_own_randomness_is_seeded_per_device(tmp_path):
     """Dropout draws from torch's global generator: seeded per (seed, round, device), the
     numbers do not depend on packing, and lock-step (which cannot vmap random ops) falls back
@@ -265,6 +266,8 @@ def test_a_modules_own_randomness_is_seeded_per_device(tmp_path):
                                        {"training.vectorise": True}])]
     for other in runs[1:]:
         assert np.array_equal(runs[0].params["shared"], other.params["shared"])
+    # lock-step is the default: every run's rows count the devices that fell back
+    assert all(sum(r["lockstep_fallbacks"] for r in res.rows) > 0 for res in runs)
 
 
 def test_a_network_that_cannot_be_built_for_the_data_is_refused_by_validate():

@@ -12,16 +12,19 @@ def script():
 def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
-    walls, seconds = script().profile(path, [], 5, tmp_path / "out")
-    assert len(walls) == 5
+    fallbacks: list[int] = []
+    walls, seconds = script().profile(path, [], 5, tmp_path / "out", fallbacks=fallbacks)
+    assert len(walls) == 5 and fallbacks == [0] * 5
     steady = sum(walls[2:])
     host = seconds["host: training (lock-step)"]
     assert 0 < host <= steady
     assert 0 < seconds["    local update (minibatch loop)"] <= host
     assert 0 < seconds["server: aggregation"] < steady - host + 1e-3
     assert seconds["host: training (sequential)"] == 0.0  # every bucket trained in lock-step
-    text = script().report(walls, seconds)
+    text = script().report(walls, seconds, fallbacks)
     assert "steady round (rounds 3..5)" in text and "optimizer steps" in text
+    assert "lock-step fallbacks per round (devices trained sequentially instead): " \
+        "[0, 0, 0, 0, 0]" in text
 
 
 def test_the_classes_are_left_as_they_were(tmp_path):

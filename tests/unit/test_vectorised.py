@@ -195,14 +195,16 @@ def test_a_plain_round_hands_the_rows_out_as_device_by_device_would(combine):
     assert not vec._plain(plan, dataclasses.replace(bcast, clusters=clusters))
 
 
+@pytest.mark.lockstep_fallback
 def test_a_plain_round_whose_bucket_fails_goes_device_by_device(caplog):
     """A bucket that raises under vmap trains sequentially: the plain round hands every
-    device out one by one after all, with the same numbers."""
+    device out one by one after all, with the same numbers, and says how many fell back."""
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
     assert vec._plain(plan, bcast)
     with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         b = vec.train(plan, bcast)
     assert "train sequentially" in caplog.text
+    assert sum(b.lockstep_fallbacks.values()) == plan.selected.size
     _same_result(seq.train(plan, bcast), b)
 
 
@@ -233,12 +235,16 @@ def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
         assert np.array_equal(a.updates[g], b.updates[g])
 
 
+@pytest.mark.lockstep_fallback
 def test_a_bucket_that_fails_under_vmap_falls_back_to_sequential(caplog):
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
     with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
         b = vec.train(plan, bcast)
     a = seq.train(plan, bcast)
     assert "train sequentially" in caplog.text and b.failed.size == 0
+    # counted by reason: vmap refuses the loss's `float(...)` of a batched tensor
+    (why, n), = b.lockstep_fallbacks.items()
+    assert n == plan.selected.size and why.startswith("RuntimeError: ")
     for g in a.updates:
         assert np.array_equal(a.updates[g], b.updates[g])
 
