@@ -33,6 +33,7 @@ from raymm.protocol import combine
 from raymm.protocol.exchange import sync_window
 from raymm.protocol.messages import RoundPlan, UpdateBatch
 from raymm.protocol.privacy import CLIP, NOISE, UNCLIPPED
+from raymm.protocol.registry import policy_params
 from raymm.protocol.seams import Schedule
 from raymm.server import accounting
 
@@ -69,7 +70,9 @@ class PrivacyLedger:
         self.selector = sc.selection.name
         self.sensitivity = SENSITIVITY[p.mode]
         self.secret = p.selection_secret
-        frac = sc.selection.params().get("fraction") if sc.selection.name == "fraction" else None
+        # the selector's own default when the scenario leaves `fraction` out
+        frac = getattr(policy_params(sc, "selection"), "fraction", None) \
+            if sc.selection.name == "fraction" else None
         cohort = min(self.k, self.n) if frac is None else min(self.k, float(frac) * self.n)
         # q of `sampling: poisson`: each eligible device's chance to be in a release's cohort
         self.rate = min(float(cohort) / self.n, 1.0)
