@@ -108,6 +108,9 @@ class Central:
         led = ledger(sc, self.n)
         out = np.empty(trials)
         for t in range(1, trials + 1):
+            if self.replay and not self._replayed(sc, led, t):
+                out[t - 1] = -math.inf  # the attacker believes the canary sat this one out
+                continue  # (its score ignores the release, which need not be made)
             chosen = cohort(led, t, self.n, self.k)
             rows = [upload(sc, led, t, int(d), canary(1.0 if present and d == 0 else 0.0))[0]
                     [GROUP] for d in chosen]
@@ -118,8 +121,6 @@ class Central:
             mean = led.release(t, RoundPlan(t, chosen, (GROUP,)),
                                {GROUP: np.zeros(SIZE, np.float32)}, batch).means[GROUP]
             out[t - 1] = mean[AXIS]
-            if self.replay and not self._replayed(sc, led, t):
-                out[t - 1] = -math.inf  # the attacker believes the canary sat this one out
         return out
 
     def _replayed(self, sc: Scenario, led: PrivacyLedger, t: int) -> bool:
