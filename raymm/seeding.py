@@ -5,9 +5,9 @@ of devices into actors, the executor, or a checkpoint/resume in between (nothing
 from one round's generator to the next).
 
 A stream's name goes through NumPy's `SeedSequence`. Hosts need the torch seeds of hundreds of
-devices per round, and building a `SeedSequence` object per device costs ~10 µs, so
-`torch_seeds` computes the same hash for a whole array of devices at once (checked against
-`SeedSequence` in the tests).
+devices per round, and building a `SeedSequence` object per device is the slow part
+(docs/performance.md, "Smaller mechanisms"), so `torch_seeds` computes the same hash for a
+whole array of devices at once (checked against `SeedSequence` in the tests).
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def generators(seeds: Sequence[int]) -> list[torch.Generator]:
 def seed_global(seed: int) -> None:
     """Seed torch's global generators as `torch.manual_seed` does, without its cost where CUDA
     has not started: there `torch.manual_seed` queues the CUDA seed with a formatted stack trace
-    for a later start, ~0.1 ms a call, paid per device per round by the sequential path. A host
+    for a later start, paid per device per round by the sequential path (docs/performance.md,
+    "Smaller mechanisms"). A host
     that trains on a GPU has started CUDA before it trains, so its generators are seeded."""
     torch.default_generator.manual_seed(seed)
     if torch.cuda.is_initialized():

@@ -232,8 +232,9 @@ def distinct_rows(gram: np.ndarray) -> int:
 @functools.cache
 def _threadpools() -> ThreadpoolController:
     """The process's native thread pools (BLAS, OpenMP), found once: `threadpool_limits`
-    searches every loaded library anew on each use, ~13 ms beside torch (a tenth of a FedMChain
-    round at a sync). Found after scikit-learn's import, so its OpenMP runtime is among them."""
+    searches every loaded library anew on each use, slow beside torch's many libraries
+    (docs/performance.md, "Smaller mechanisms"). Found after scikit-learn's import, so its
+    OpenMP runtime is among them."""
     # deferred, as in `cluster_signs` (importing scikit-learn loads the libraries to find)
     from sklearn.cluster import KMeans  # noqa: F401
     from threadpoolctl import ThreadpoolController

@@ -18,13 +18,12 @@ How it measures (the workload: docs/workload.md):
   * Peak memory: machine-wide `MemTotal - MemAvailable`, sampled every 20 ms, peak minus its
     value before the run (a multi-process run has no single max RSS); other processes on a
     shared machine move this number. Next to it the peak PSS of the run's own process tree,
-    which they do not; for the bare loop also its own max RSS. Reading the PSS of a Ray
-    process tree costs ~0.1 s of CPU (smaps of a dozen large processes), which on 2 cores
-    would slow the very rounds being timed, and it slows the round after it too (measured:
-    docs/benchmarks.md, "Design measurements"); so raymm's tree is
-    read only after the last timed round and after the final, evaluating round, which no
-    timed round follows, and the bare loop's, whose one busy core leaves the other free,
-    every second. The table shows the fastest run's numbers, bench.json every run's.
+    which they do not; for the bare loop also its own max RSS. Summing the PSS of a Ray
+    process tree reads the smaps of a dozen large processes, which on a few cores slows the
+    round being timed and the one after it (docs/performance.md, "Smaller mechanisms"); so
+    raymm's tree is read only after the last timed round and after the final, evaluating
+    round, which no timed round follows, and the bare loop's, whose one busy core leaves the
+    other free, every second. The table shows the fastest run's numbers, bench.json every run's.
   * Lock-step fallbacks: a vectorised run's devices per round whose lock-step program raised
     and that trained sequentially instead (the rows' `lockstep_fallbacks`), printed per round
     and in the table; a fallback makes the round slower, not other.
@@ -64,7 +63,7 @@ class MemorySampler:
     processes mapping them, outside the tree too; with `resident_every` (seconds) also the
     peak resident set of the tree, each physical page counted once (`raymm.app.treemem`): what
     the tree holds whatever else runs on the machine. A resident sample reads every process's
-    page map (~0.1 s of CPU per torch process), hence its own, slower cadence."""
+    page map (costly for a torch process), hence its own, slower cadence."""
 
     def __init__(self, every: float = 0.02, root: int | None = None,
                  tree_every: int | None = 50, resident_every: float | None = None) -> None:

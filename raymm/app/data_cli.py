@@ -49,7 +49,7 @@ TRACE_CONVERTERS: dict[str, tuple[str, str | None, str]] = {
 
 class _LazyNames:
     """Choices read from a registry only when argparse checks or shows them: importing the
-    registries imports torch (~2 s), which `raymm --help` must not pay."""
+    registries imports torch, which `raymm --help` must not wait for."""
 
     def __init__(self, module: str, attr: str, extra: tuple[str, ...] = ()) -> None:
         self.module, self.attr, self.extra = module, attr, extra

@@ -56,8 +56,9 @@ class GroupLayout:
         #: integer buffers and their initial values, restored whenever a group is loaded
         self._counters = {n: b.detach().clone() for n, b in model.named_buffers()
                           if not b.is_floating_point()}
-        # name -> parameter per module, built once: walking the module tree on every load and
-        # flatten cost ~7 us each, per device, per round (parameters are only updated in place)
+        # name -> parameter per module, built once rather than walking the module tree on every
+        # load and flatten, per device and round (parameters are only updated in place;
+        # docs/performance.md, "Smaller mechanisms")
         self._named: weakref.WeakKeyDictionary[
             nn.Module, tuple[dict[str, nn.Parameter], dict[str, torch.Tensor]]] = \
             weakref.WeakKeyDictionary()

@@ -4,10 +4,9 @@ driver, Ray's DeviceActors and ServerActor).
 A round allocates and frees the same large buffers every time: gathered minibatches, the
 selected devices' stacked updates (K x P float32: 50 MB per group at K = 10,000), block sums
 and merged rows. glibc serves blocks above its mmap threshold (at most 32 MiB) with fresh
-mmap'd pages and unmaps them on free, so the next round pays a page fault per 4 KiB again:
-~1,450 minor faults per aggregation of 100 x 4,550 updates in a ServerActor, 3x the
-aggregation's own arithmetic. Keeping those pages mapped cuts the aggregation step of the
-1M-device stress scenario to under a third (docs/benchmarks.md, "Design measurements").
+mmap'd pages and unmaps them on free, so the next round pays a page fault per 4 KiB again,
+which can cost an aggregation more than its own arithmetic. Keeping those pages mapped avoids
+that (docs/performance.md, "Freed memory kept in the heap").
 """
 
 from __future__ import annotations
