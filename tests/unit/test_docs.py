@@ -1,8 +1,11 @@
 """The docs that must match the code: docs/scenario.md is generated from the schema;
-docs/adding-a-policy.md lists every hook of every seam and quotes its examples verbatim."""
+docs/adding-a-policy.md lists every hook of every seam and quotes its examples verbatim; the
+README stays a guide of a few screens, docs/performance.md a reference page, and no code
+points at the dated measurement log (docs/log/)."""
 
 import inspect
 import re
+from pathlib import Path
 
 from raymm.app.schema_doc import render
 from raymm.protocol import seams
@@ -84,3 +87,58 @@ def test_the_policy_guide_examples_are_registered():
                              ("adaptive_prox", [AGGREGATORS, OBJECTIVES])]:
         assert f"| `{name}` |" in ADDING.read_text(), name
         assert all(name in r for r in registries), name
+
+
+# --- the README as a guide, the performance page as a reference, the log out of the code --
+README = REPO / "README.md"
+GUIDE_PAGES = [README, REPO / "CHANGELOG.md", *(REPO / "docs" / n for n in
+               ("running.md", "concepts.md", "performance.md"))]
+
+
+def test_the_readme_is_a_guide_of_a_few_screens():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail into docs/"
+    text = README.read_text()
+    assert "make test" in text   # the test command CI runs (.ci/run)
+    assert "raymm run scenarios/quickstart.yaml" in text and "ray up cluster.yaml" in text
+
+
+def test_the_performance_page_is_a_reference_of_at_most_20_kb():
+    size = (REPO / "docs" / "performance.md").stat().st_size
+    assert size <= 20 * 1024, f"docs/performance.md is {size} bytes; the log holds the detail"
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_the_guide_and_its_pages_link_to_what_exists():
+    """Every relative link of the README, the changelog and the pages the README's detail
+    moved to names a file that exists, and a heading that exists in it."""
+    broken = []
+    for page in GUIDE_PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_no_code_points_at_the_dated_log():
+    """Code comments point at docs/performance.md's sections, never at dated log entries."""
+    found = [f"{path.relative_to(REPO)}:{n}"
+             for pkg in ("raymm", "actors", "policies", "scenarios", "tests")
+             for path in sorted((REPO / pkg).rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if ("docs/log/" in line or "benchmarks.md" in line)
+             and path != Path(__file__).resolve()]
+    assert not found, found

@@ -142,7 +142,7 @@ def test_export_from_python_and_on_resume(tmp_path):
 
 
 def test_on_round_sees_each_row_and_can_stop(tmp_path):
-    """The README's example of `on_round`: follow the curve, stop at a target."""
+    """docs/running.md's example of `on_round`: follow the curve, stop at a target."""
     curve, seen = [], []
 
     def watch(row):
