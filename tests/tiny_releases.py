@@ -141,7 +141,8 @@ def write_standin(name: str, path: Path, n_train: int, n_test: int, groups: int 
                   classes: int | None = None, seed: int = 0) -> Path:
     """A file in the prepared layout at the release's real shapes, random values: what a
     scenario written for the release needs to load and build where the release is absent."""
-    from raymm.data.prepare import _meta, _split_arrays
+    from raymm.data.releases.common import meta_json
+    from raymm.data.releases.generic import split_arrays
 
     shapes, default_classes = STANDIN[name]
     classes = classes or default_classes
@@ -153,8 +154,8 @@ def write_standin(name: str, path: Path, n_train: int, n_test: int, groups: int 
                      "y": np.arange(n) % classes,
                      "group": np.arange(n) % groups + (0 if sp == "train" else groups),
                      "id": [f"{sp}{i}" for i in range(n)]}
-    arrays = _split_arrays(tuple(shapes), [f"c{k}" for k in range(classes)], parts,
-                           _meta(converter=_CONVERTER[name], source="stand-in"))
+    arrays = split_arrays(tuple(shapes), [f"c{k}" for k in range(classes)], parts,
+                          meta_json(converter=_CONVERTER[name], source="stand-in"))
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **arrays)
     return path

@@ -74,7 +74,7 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
                     help="import this Python module first, to list the datasets it registers "
                          "(repeatable; see raymm plugins list)")
     prep = sub.add_parser("prepare", help="convert an official release into raymm's .npz")
-    prep.add_argument("name", choices=_LazyNames("raymm.data.prepare", "CONVERTERS",
+    prep.add_argument("name", choices=_LazyNames("raymm.data.releases", "CONVERTERS",
                                                  tuple(TRACE_CONVERTERS)),
                       metavar="NAME", help="converter: %(choices)s")
     prep.add_argument("--from", dest="src", default=None, metavar="PATH",
@@ -91,7 +91,7 @@ def add_data_parser(subparsers: Any) -> argparse.ArgumentParser:
         prep.add_argument(flag, **kwargs)
     dl = sub.add_parser("download", help="fetch a public release from its official source and "
                                          "verify its checksums")
-    dl.add_argument("name", choices=_LazyNames("raymm.data.download", "SOURCES"),
+    dl.add_argument("name", choices=_LazyNames("raymm.data.releases", "SOURCES"),
                     metavar="NAME", help="public release: %(choices)s")
     dl.add_argument("--out", default=None, metavar="DIR", help="folder (default: $RAYMM_DATA)")
     dl.add_argument("--sha256", default=None,
@@ -139,8 +139,7 @@ def list_text() -> str:
     from raymm.app.plugins import origin
     from raymm.data import DATASETS, resolve_data_path
     from raymm.data.base import data_root
-    from raymm.data.download import SOURCES
-    from raymm.data.prepare import CONVERTERS
+    from raymm.data.releases import CONVERTERS, SOURCES
 
     root = os.environ.get("RAYMM_DATA")
     lines = [f"RAYMM_DATA={root}" if root else

@@ -2,7 +2,9 @@
 registry, and the built-in loaders.
 
 Importing this package registers `digits`, `synthetic`, `synthetic_mmap`, `har`, `bench`,
-`avdigits` and the prepared releases `crema_d`, `ave`, `cmu_mosei`.
+`avdigits` and the prepared releases `crema_d`, `ave`, `cmu_mosei`. The releases, one module
+each with its converter, download source and own loader, are in `raymm.data.releases`;
+`prepare` and `download` run them.
 
 May import: base, io.
 """
@@ -13,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raymm.data import avdigits, digits, har, release, synthetic, synthetic_mmap, workload  # noqa: F401  (import registers the loaders)
+from raymm.data import avdigits, digits, har, releases, synthetic, synthetic_mmap, workload  # noqa: F401  (import registers the loaders)
 from raymm.data.base import (
     DATASETS,
     Dataset,

@@ -20,8 +20,8 @@ FSDD takes with `index < test_takes` (300 clips at 5) form the pooled test split
   property, not augmentation). scenarios/scripts/avdigits_calibration.py measures what a
   centralised model reaches with each modality.
 
-The two input files come from `raymm data prepare fsdd` (`fsdd_arrays`: the FSDD recordings)
-and `raymm data prepare mnist` (`idx_array`: MNIST's idx files).
+The two input files come from `raymm data prepare fsdd` (raymm/data/releases/fsdd.py: the FSDD
+recordings) and `raymm data prepare mnist` (raymm/data/releases/mnist.py: MNIST's idx files).
 """
 
 from __future__ import annotations
@@ -39,52 +39,6 @@ from raymm.errors import DataError
 
 SENSORS = ("audio", "visual")
 LOG_FLOOR = 1e-3
-FSDD_RATE = 8000             # Hz; every FSDD recording is mono 16-bit PCM at this rate
-FSDD_SAMPLES = 8000          # 1 s: longer recordings are cut, shorter ones zero-padded
-
-
-def fsdd_arrays(clips: list[tuple[str, int, int, np.ndarray]]) -> dict[str, np.ndarray]:
-    """`fsdd_audio_8k.npz` from the recordings `(speaker, digit, take, int16 waveform)`.
-
-    Rows are sorted by (speaker name, digit, take); `speaker` indexes the sorted names;
-    `orig_length` keeps each recording's true length. Returns the file's keys in its order.
-    """
-    if not clips:
-        raise DataError("fsdd: no recordings")
-    clips = sorted(clips, key=lambda c: (c[0], c[1], c[2]))
-    names = sorted({c[0] for c in clips})
-    audio = np.zeros((len(clips), FSDD_SAMPLES), np.int16)
-    for row, (_, _, _, wave) in enumerate(clips):
-        n = min(FSDD_SAMPLES, wave.shape[0])
-        audio[row, :n] = wave[:n]
-    return {
-        "audio": audio,
-        "label": np.asarray([c[1] for c in clips], np.int64),
-        "speaker": np.asarray([names.index(c[0]) for c in clips], np.int64),
-        "speaker_names": np.asarray(names, dtype=str),
-        "index": np.asarray([c[2] for c in clips], np.int64),
-        "orig_length": np.asarray([c[3].shape[0] for c in clips], np.int64),
-        "sample_rate": np.asarray(FSDD_RATE, np.int64),
-    }
-
-
-def idx_array(data: bytes, where: str) -> np.ndarray:
-    """An unsigned-byte idx file (MNIST's format: magic `0x0000 08 <dims>`, big-endian sizes,
-    then the values) as a uint8 array of its shape."""
-    if len(data) < 4 or data[:3] != b"\x00\x00\x08" or not 1 <= data[3] <= 4:
-        raise DataError(f"{where}: not an unsigned-byte idx file (magic {data[:4].hex()})")
-    dims = data[3]
-    head = 4 + 4 * dims
-    if len(data) < head:
-        raise DataError(f"{where}: idx header cut short")
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
-    count = int(np.prod(shape, dtype=np.int64))
-    if len(data) - head != count:
-        raise DataError(f"{where}: idx header says {shape} ({count:,} bytes) but "
-                        f"{len(data) - head:,} bytes follow")
-    return np.frombuffer(data, np.uint8, count, head).reshape(shape).copy()
-
-
 class AVDigitsParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     audio_path: str = "fsdd_audio_8k.npz"

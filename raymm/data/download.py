@@ -1,5 +1,8 @@
 """`raymm data download`: public releases fetched from their official source and verified.
 
+What each release is (its files, URLs and checksums: a `Source`) is declared in its module in
+`raymm.data.releases`; this module fetches and checks.
+
 Every file of a release is streamed to a hidden `.part` file beside its destination while its
 SHA-256 (and MD5, where a published one exists) is computed. Only when every file of the release
 has arrived whole and passed its checks are they renamed into place; a cut connection, an HTTP
@@ -28,172 +31,17 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from raymm.data.base import data_root
+from raymm.data.releases import SOURCES
+from raymm.data.releases.common import Contents, Remote, Source
 from raymm.errors import DataError, RaymmError
 from raymm.io.atomic import staging_file
-
-
-@dataclass(frozen=True)
-class Remote:
-    """One file of a release: saved as `filename`, fetched from the first of `urls` that
-    delivers it whole and correct."""
-
-    filename: str
-    urls: tuple[str, ...]
-    sha256: str | None = None
-    md5: str | None = None          # a second published checksum (torchvision's, for MNIST)
-    size: int | None = None
-
-
-@dataclass(frozen=True)
-class Contents:
-    """The files an archive must hold, for an archive whose own bytes cannot be pinned.
-
-    Members whose base name matches `pattern` (a full match) are the release. There must be
-    `count` of them, in one folder of the archive (or of a zip inside it), and
-    `manifest_sha256(...)` of their bytes must equal `sha256`. With `text`, CRLF line ends are
-    read as LF before hashing, so a copy that only changed line ends still matches.
-    """
-
-    pattern: str
-    count: int
-    sha256: str
-    text: bool = False
-    what: str = ""          # the files in words, for messages
-
-
-@dataclass(frozen=True)
-class Source:
-    """A public release raymm can download. `prepare` names the converters that read it (the
-    first is the one `raymm data prepare NAME` means)."""
-
-    name: str
-    title: str
-    homepage: str
-    licence: str
-    files: tuple[Remote, ...]
-    prepare: tuple[str, ...]
-    contents: Contents | None = None
-    #: where the file URLs come from at download time: each mirror + the file's name
-    mirrors: Callable[[], tuple[str, ...]] | None = None
-
-    def release_path(self, folder: Path) -> Path:
-        """What `raymm data prepare --from` takes: the file itself when the release is one file,
-        else the folder holding its files."""
-        return folder / self.files[0].filename if len(self.files) == 1 else folder
-
-    def downloaded(self, folder: Path) -> bool:
-        """Whether every file of the release is in `folder` (not whether it is intact)."""
-        return all((folder / f.filename).is_file() for f in self.files)
-
-
-def torchvision_mnist_mirrors() -> tuple[str, ...]:
-    """The MNIST mirrors torchvision's downloader uses (it keeps them current)."""
-    # deferred: torchvision pulls in torch; only `download mnist` asks for its mirror list
-    from torchvision.datasets import MNIST
-
-    return tuple(MNIST.mirrors)
-
-
-# MNIST's gz files: the MD5s torchvision checks, and their SHA-256s. The t10k pair and the
-# training labels were hashed here from copies with the canonical MD5; the training images'
-# SHA-256 is the value published for that file by many independent projects (it agrees with
-# the published size, 9,912,422 bytes, and torchvision's MD5 is checked as well).
-_MNIST_MD5 = {
-    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-}
-_MNIST_SHA256 = {  # name: (sha256, bytes)
-    "train-images-idx3-ubyte.gz":
-        ("440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609", 9912422),
-    "train-labels-idx1-ubyte.gz":
-        ("3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c", 28881),
-    "t10k-images-idx3-ubyte.gz":
-        ("8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6", 1648877),
-    "t10k-labels-idx1-ubyte.gz":
-        ("f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6", 4542),
-}
-
-FSDD_COMMIT = "26eb9aaf76e81b692f806f9140c2d2777410d7a1"
-
-SOURCES: dict[str, Source] = {
-    "hapt": Source(
-        name="hapt",
-        title="Smartphone-Based Recognition of Human Activities and Postural Transitions "
-              "(HAPT) v2.1, UCI ML Repository dataset 341",
-        homepage="https://archive.ics.uci.edu/dataset/341",
-        licence="its README: cite Reyes-Ortiz et al., Neurocomputing 2015; no commercial use "
-                "(UCI's page is quoted as CC BY 4.0)",
-        files=(Remote(
-            "hapt_dataset.zip",
-            ("https://archive.ics.uci.edu/static/public/341/"
-             "smartphone+based+recognition+of+human+activities+and+postural+transitions.zip",),
-            sha256="4ac4ae064227c07045a99551876b54d204837e995e298b6488559e209b3deb09",
-            size=79596192),),
-        # the raw signals and labels.txt: 61 acc_expXX_userYY.txt, 61 gyro_..., labels.txt
-        contents=Contents(r"(acc|gyro)_exp\d+_user\d+\.txt|labels\.txt", 123,
-                          "d9663d7b5986309dc93ac8efa3d4fd80a7f2a3db0b18e6e7a6b8ade2abbac69b",
-                          text=True, what="acc_expXX_userYY.txt, gyro_expXX_userYY.txt, "
-                                          "labels.txt"),
-        prepare=("hapt",),
-    ),
-    "fsdd": Source(
-        name="fsdd",
-        title=f"Free Spoken Digit Dataset, GitHub Jakobovski/free-spoken-digit-dataset at "
-              f"commit {FSDD_COMMIT[:7]}",
-        homepage="https://github.com/Jakobovski/free-spoken-digit-dataset",
-        licence="CC BY-SA 4.0 (its README); cite Jackson et al., Free Spoken Digit Dataset, "
-                "Zenodo",
-        files=(Remote(
-            f"free-spoken-digit-dataset-{FSDD_COMMIT[:7]}.zip",
-            (f"https://github.com/Jakobovski/free-spoken-digit-dataset/archive/"
-             f"{FSDD_COMMIT}.zip",)),),
-        # the 3000 recordings/{digit}_{speaker}_{take}.wav
-        contents=Contents(r"\d_[a-z]+_\d+\.wav", 3000,
-                          "1801eae019c063377d98f831d3f93574f259475df7332bb0e3d1b080fb5e6959",
-                          what="recordings/{digit}_{speaker}_{take}.wav"),
-        prepare=("fsdd",),
-    ),
-    "uci-har": Source(
-        name="uci-har",
-        title="Human Activity Recognition Using Smartphones (UCI-HAR) v1, UCI ML Repository "
-              "dataset 240",
-        homepage="https://archive.ics.uci.edu/dataset/240",
-        licence="its README: cite Anguita et al., ESANN 2013; no commercial use (UCI's page "
-                "is quoted as CC BY 4.0)",
-        files=(Remote(
-            "uci_har_dataset.zip",
-            ("https://archive.ics.uci.edu/static/public/240/"
-             "human+activity+recognition+using+smartphones.zip",),
-            sha256="c00b803081a5c797cd5e4b83700a9810b38d53d9d84e01917e090e1fdbc81031",
-            size=61005872),),
-        prepare=("uci-har",),
-    ),
-}
-
-
-# torchvision 0.24's mirrors; at download time torchvision's current list replaces them
-_MNIST_MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                  "http://yann.lecun.com/exdb/mnist/")
-SOURCES["mnist"] = Source(
-    name="mnist",
-    title="MNIST handwritten digits: the four idx files, from torchvision's MNIST mirrors",
-    homepage="https://yann.lecun.com/exdb/mnist/",
-    licence="no licence file; commonly cited as CC BY-SA 3.0; cite LeCun et al., Proc. IEEE "
-            "1998",
-    files=tuple(Remote(name, tuple(m + name for m in _MNIST_MIRRORS), sha, _MNIST_MD5[name], size)
-                for name, (sha, size) in _MNIST_SHA256.items()),
-    prepare=("mnist", "mnist-train"),
-    mirrors=torchvision_mnist_mirrors,
-)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Reads either the repo's `.npz` (keys `{train,test}_{acc,gyro,y,subject}`) or the official
 UCI-HAR folder (`<root>/{train,test}/Inertial Signals/*.txt`). Bad data always surfaces as a
-`DataError` naming the file, never as a numpy/zipfile traceback. `hapt_windows` cuts the
-default file, `uci_har_hapt_raw_windows.npz`, from the raw signals of the HAPT release
-(`raymm data prepare hapt`).
+`DataError` naming the file, never as a numpy/zipfile traceback. The default file,
+`uci_har_hapt_raw_windows.npz`, is cut from the raw signals of the HAPT release by
+`raymm data prepare hapt` (raymm/data/releases/hapt.py); `raymm data prepare uci-har` writes
+the same layout from UCI-HAR v1 (raymm/data/releases/uci_har.py).
 """
 
 from __future__ import annotations
@@ -38,64 +39,6 @@ _UCI_STEMS = {"acc": "total_acc", "gyro": "body_gyro"}
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError)
 
 RawSplit = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]  # x, y (0-based), subject
-
-#: HAPT subjects held out for test: UCI-HAR v1's split (its subject_test.txt), which HAPT keeps
-HAPT_TEST_SUBJECTS = frozenset({2, 4, 9, 10, 12, 13, 18, 20, 24})
-HAPT_STEP = WINDOW // 2            # 50% overlap, as UCI-HAR v1 cuts its windows
-HAPT_RATE_HZ = 50
-
-
-Recording = tuple[int, np.ndarray, np.ndarray]  # user, acc [n, 3], gyro [n, 3]
-
-
-def hapt_windows(labels: np.ndarray, recordings: dict[int, Recording]) -> dict[str, np.ndarray]:
-    """The windows of `uci_har_hapt_raw_windows.npz`, from the raw HAPT release.
-
-    `labels` is `labels.txt` as rows `(experiment, user, activity, start, end)`, samples counted
-    from 1 and inclusive; `recordings[experiment] = (user, acc [n, 3], gyro [n, 3])`, float32.
-    Only the six basic activities (1..6) are kept; inside each segment, windows of 128 samples
-    start at its first sample and every 64 samples after while they fit. Subjects in
-    `HAPT_TEST_SUBJECTS` form the test split. Windows are ordered by subject, experiment,
-    segment start, then position. No filter is applied: the values are the raw signals.
-    Returns the arrays in the file's key order (with `class_names` and `sample_rate_hz`).
-    """
-    if labels.ndim != 2 or labels.shape[1] != 5 or labels.shape[0] == 0:
-        raise DataError(f"labels.txt: expected rows of 5 integers (experiment user activity "
-                        f"start end), got shape {labels.shape}")
-    rows: dict[str, list[tuple[int, int, int, int]]] = {"train": [], "test": []}
-    for exp, user, activity, start, end in sorted(labels.tolist(),
-                                                  key=lambda r: (r[1], r[0], r[3])):
-        if not 1 <= activity <= NUM_CLASSES:
-            continue  # postural transitions (7..12)
-        if exp not in recordings:
-            raise DataError(f"labels.txt: experiment {exp} has no acc_exp{exp:02d}_user"
-                            f"{user:02d}.txt / gyro_... recording")
-        rec_user, acc, _ = recordings[exp]
-        if rec_user != user:
-            raise DataError(f"labels.txt: experiment {exp} is user {user}, but its recording "
-                            f"is named for user {rec_user}")
-        if not 1 <= start <= end <= acc.shape[0]:
-            raise DataError(f"labels.txt: segment {start}..{end} of experiment {exp} lies "
-                            f"outside its {acc.shape[0]} samples")
-        split = "test" if user in HAPT_TEST_SUBJECTS else "train"
-        rows[split] += [(exp, user, activity, k)
-                        for k in range(start - 1, end - WINDOW + 1, HAPT_STEP)]
-    out: dict[str, np.ndarray] = {}
-    for sp, r in rows.items():
-        if not r:
-            raise DataError(f"labels.txt: no {sp} window (test subjects are "
-                            f"{sorted(HAPT_TEST_SUBJECTS)}; every other subject trains)")
-        idx = np.asarray(r, dtype=np.int64)
-        out[f"{sp}_acc"] = np.stack([recordings[e][1][k:k + WINDOW] for e, _, _, k in r])
-        out[f"{sp}_gyro"] = np.stack([recordings[e][2][k:k + WINDOW] for e, _, _, k in r])
-        out[f"{sp}_y"] = idx[:, 2] - 1
-        out[f"{sp}_subject"] = idx[:, 1]
-        out[f"{sp}_exp"] = idx[:, 0]
-        out[f"{sp}_start"] = idx[:, 3]
-    out["class_names"] = np.asarray(CLASS_NAMES)
-    out["sample_rate_hz"] = np.asarray(HAPT_RATE_HZ, dtype=np.int64)
-    return out
-
 
 def _check_split(src: Path, split: str, raw: RawSplit) -> None:
     """Shapes and label range, so a malformed file fails here and not deep inside training."""

@@ -224,8 +224,9 @@ def fewest_rounds(argv: list[str]) -> int:
 def missing_data(argv: list[str]) -> list[tuple[str, str]]:
     """(kind, path) of the data files the scenarios named in `argv` read and this machine
     lacks: kind "release" for a file converted from a dataset release the user downloads
-    themselves (`raymm.data.release`'s loaders), "data" for the others."""
+    themselves (a `ReleaseLoader`: crema_d, ave, cmu_mosei), "data" for the others."""
     from raymm.data import DATASETS
+    from raymm.data.releases.generic import ReleaseLoader
 
     missing = []
     for a in argv:
@@ -236,7 +237,7 @@ def missing_data(argv: list[str]) -> list[tuple[str, str]]:
         if loader is None:   # a plugin's dataset: the command itself says what it lacks
             continue
         params = loader.Params(**{k: v for k, v in spec.items() if k != "name"})
-        kind = "release" if type(loader).__module__ == "raymm.data.release" else "data"
+        kind = "release" if isinstance(loader, ReleaseLoader) else "data"
         missing += [(kind, str(f)) for f in loader.required_files(params) if not f.exists()]
     return list(dict.fromkeys(missing))
 

@@ -18,8 +18,10 @@ import pytest
 
 from raymm.app.cli import main
 from raymm.data import download as dl
-from raymm.data.download import SOURCES, Contents, Remote, Source, download, manifest_sha256
+from raymm.data.download import download, manifest_sha256
 from raymm.data.prepare import prepare
+from raymm.data.releases import SOURCES, mnist
+from raymm.data.releases.common import Contents, Remote, Source
 from raymm.errors import DataError, RaymmError
 
 from tiny_releases import hapt_raw, mnist_release, zip_tree
@@ -170,7 +172,7 @@ def test_several_files_from_torchvisions_mnist_mirrors(server, www, out, monkeyp
     assert _Handler.requests[:2] == ["/gone/t10k-images-idx3-ubyte.gz",
                                      "/mnist/t10k-images-idx3-ubyte.gz"]
     assert prepare("mnist").sizes == {"images": 30}
-    assert dl.torchvision_mnist_mirrors() == tuple(MNIST.mirrors)
+    assert mnist.torchvision_mnist_mirrors() == tuple(MNIST.mirrors)
 
 
 # --------------------------------------------------------------------------- the three failures
@@ -285,7 +287,7 @@ def test_bad_options_are_one_line(server, out, capsys):
 
 
 def test_every_source_is_pinned_and_names_its_converters():
-    from raymm.data.prepare import CONVERTERS
+    from raymm.data.releases import CONVERTERS
 
     assert sorted(SOURCES) == ["fsdd", "hapt", "mnist", "uci-har"]
     for src in SOURCES.values():

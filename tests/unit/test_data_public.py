@@ -18,8 +18,8 @@ import pytest
 
 from raymm.app.cli import main
 from raymm.data import load_dataset
-from raymm.data.download import SOURCES
-from raymm.data.prepare import REFERENCE, array_sha256, prepare
+from raymm.data.prepare import array_sha256, prepare
+from raymm.data.releases import REFERENCE, SOURCES
 from raymm.errors import DataError, RaymmError
 
 from tiny_releases import (

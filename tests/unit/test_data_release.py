@@ -19,7 +19,9 @@ from raymm.app.build import load_scenario
 from raymm.app.cli import main
 from raymm.config.schema import ModelSpec, PopulationSpec
 from raymm.data import load_dataset
-from raymm.data.prepare import CONVERTERS, CREMA_EMOTIONS, prepare
+from raymm.data.prepare import prepare
+from raymm.data.releases import CONVERTERS
+from raymm.data.releases.crema_d import CREMA_EMOTIONS
 from raymm.errors import DataError, ScenarioError
 from raymm.models import MultimodalNet
 from raymm.population.devices import build_population

@@ -1,9 +1,12 @@
-"""The papers' datasets (`crema_d`, `ave`, `cmu_mosei`) from the files `raymm data prepare` writes.
+"""The generic layout: how the `crema-d`, `ave` and `cmu-mosei` converters write it and how
+the datasets `crema_d`, `ave` and `cmu_mosei` read it.
 
-One loader reads the converters' generic layout (`sensors`, `class_names`, `splits`, and per
-split `S_<sensor>`, `S_y`, `S_group`; see raymm/data/prepare.py) with `allow_pickle=False`; each
-registered name fixes which converter's file it takes and how the file's sensors become the
-dataset's sensors:
+The file: `sensors`, `class_names`, `splits` (string arrays), and per split `S`: `S_<sensor>`
+float32, `S_y` int64, `S_group` int64 (actor / video: devices should not share one), `S_id`
+(clip ids), and `meta_json` (source, options and the rules used, as JSON text); all plain numpy,
+read with `allow_pickle=False`. `split_arrays` writes it; each release module registers a
+`ReleaseLoader` that fixes which converter's file it takes and how the file's sensors become
+the dataset's sensors:
 
 - `crema_d`, `ave`: `audio`, `visual`. The converters store log-mel spectrograms as
   `[n_mels, frames]`; the loader exposes `[frames, n_mels]`, the `[T, C]` layout raymm's
@@ -24,9 +27,10 @@ left out of the statistics and left zero). `group` (actor or source video) is ke
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -40,11 +44,10 @@ from raymm.data.base import (
     Split,
     npz_shapes,
     open_npz,
-    register_dataset,
     require_file,
     resolve_data_path,
 )
-from raymm.data.prepare import CONVERTERS
+from raymm.data.releases.common import Arrays, Converter, strings
 from raymm.errors import DataError
 
 Layout = Literal["spectrogram", "image", "features"]
@@ -52,6 +55,34 @@ _READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, K
 #: the file's splits each `train_pool` choice hands to devices (absent ones are skipped)
 POOLS = {"train": ("train",), "train+valid": ("train", "valid"),
          "all": ("train", "valid", "test")}
+
+
+def split_arrays(sensors: Sequence[str], class_names: Sequence[str], parts: dict[str, dict],
+                 meta: np.ndarray) -> Arrays:
+    """The generic layout; `parts[split]` holds `x` (sensor -> array), `y`, `group`, `id`."""
+    out: Arrays = {"sensors": strings(sensors), "class_names": strings(class_names),
+                   "splits": strings(list(parts)), "meta_json": meta}
+    for sp, p in parts.items():
+        for m in sensors:
+            out[f"{sp}_{m}"] = np.ascontiguousarray(p["x"][m], dtype=np.float32)
+        out[f"{sp}_y"] = np.asarray(p["y"], dtype=np.int64)
+        out[f"{sp}_group"] = np.asarray(p["group"], dtype=np.int64)
+        out[f"{sp}_id"] = strings(p["id"])
+    return out
+
+
+def group_test_mask(groups: np.ndarray, test_fraction: float) -> np.ndarray:
+    """Whole groups go to test: the first ceil(f * G) groups ordered by CRC32 of their name.
+
+    A fixed hash (not a seed) so the split is the same on every machine and every run, and
+    not correlated with the numbering of actors or videos.
+    """
+    uniq = sorted({str(g) for g in groups})
+    if len(uniq) < 2:
+        raise DataError(f"need at least 2 groups (actors/videos) to split, found {len(uniq)}")
+    k = min(len(uniq) - 1, max(1, math.ceil(test_fraction * len(uniq) - 1e-9)))
+    test = set(sorted(uniq, key=lambda g: (zlib.crc32(g.encode()), g))[:k])
+    return np.asarray([str(g) in test for g in groups], dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -327,46 +358,17 @@ def _apply(x: np.ndarray, mean: np.ndarray, std: np.ndarray, skip_zero: bool) ->
         c[keep] = (c[keep] - m32) / s32
 
 
-def _params(converter: str) -> type[ReleaseParams]:
+def release_params(converter: Converter) -> type[ReleaseParams]:
     """A Params model whose `path` defaults to the converter's default output."""
-    default = CONVERTERS[converter].default_file
+    default = converter.default_file
 
     class Params(ReleaseParams):
         path: str = default
 
-    Params.__name__ = Params.__qualname__ = f"{converter.replace('-', '_')}_params"
+    Params.__name__ = Params.__qualname__ = f"{converter.name.replace('-', '_')}_params"
     return Params
 
 
-_AV: dict[str, tuple[str, Layout]] = {"audio": ("audio", "spectrogram"),
-                                      "visual": ("visual", "image")}
-
-
-@register_dataset("crema_d")
-class CremaDLoader(ReleaseLoader):
-    """CREMA-D: 6 emotions, groups are actors (`raymm data prepare crema-d`)."""
-
-    name = "crema_d"
-    release = Release("crema-d", _AV)
-    Params = _params("crema-d")
-
-
-@register_dataset("ave")
-class AveLoader(ReleaseLoader):
-    """AVE: 28 audio-visual event classes, groups are videos (`raymm data prepare ave`)."""
-
-    name = "ave"
-    release = Release("ave", _AV)
-    Params = _params("ave")
-
-
-@register_dataset("cmu_mosei")
-class CmuMoseiLoader(ReleaseLoader):
-    """CMU-MOSEI: sentiment (2 or 7 classes), groups are source videos
-    (`raymm data prepare cmu-mosei`); the file's `acoustic` is the sensor `audio`."""
-
-    name = "cmu_mosei"
-    release = Release("cmu-mosei", {"text": ("text", "features"),
-                                     "audio": ("acoustic", "features"),
-                                     "visual": ("visual", "features")})
-    Params = _params("cmu-mosei")
+#: the sensors of the audio-visual releases (crema-d, ave): file sensor and layout
+AUDIO_VISUAL: dict[str, tuple[str, Layout]] = {"audio": ("audio", "spectrogram"),
+                                               "visual": ("visual", "image")}
