@@ -36,8 +36,6 @@ class CrossEntropy(Objective):
     def __init__(self, params: CEParams) -> None:
         self.mu = params.mu
         self.uses_adapter = params.adapter
-        #: the loss is the cross-entropy and the proximal term (`raymm.device.closed_form`)
-        self.task_cross_entropy = not params.adapter
 
     def proximal(self, trainable: Sequence[str]) -> tuple[float, tuple[str, ...]]:
         """FedProx's term, which a lock-step program may add outside `loss`."""

@@ -27,6 +27,10 @@ Everything is written with masks, not data-dependent branches, and every term ho
 `LossInputs.weight` (padding rows of a short last batch count nowhere, and are neither anchors
 nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-step. With
 `weight=None` (the sequential path) each term computes exactly what it did before.
+
+The loss after the encoders is written out a second time, with its reverse pass, for lock-step
+programs (`policies/objective/tide_closed_form.py`): a change to a term here goes there too, or
+`tests/unit/test_tide_closed_form.py` fails.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from raymm.config.schema import Scenario
 from raymm.models import RaymmNet
 from raymm.protocol.losses import contrastive_ce, mean_cross_entropy
 from raymm.protocol.registry import OBJECTIVES
-from raymm.protocol.seams import ClosedFormLoss, LossInputs, Objective
+from raymm.protocol.seams import LossInputs, Objective
 
 #: logit given to classes without a prototype: far below cos/κ ≥ -1/κ, yet finite so that a
 #: zero weight times the loss stays zero (an infinite logit would give NaN gradients)
@@ -214,14 +218,6 @@ class TideObjective(Objective):
         keep = torch.ones(present.shape[1])
         keep[sensors.index(m)] = 0.0
         return out, present * keep
-
-    def closed_form_loss(self, model: RaymmNet, trained: Sequence[str], use_adapter: bool
-                         ) -> ClosedFormLoss | None:
-        """`loss` after the encoders with its reverse pass written out
-        (`policies/objective/tide_closed_form.py`), where it covers the model."""
-        # deferred: that module reads this one's constants
-        from policies.objective.tide_closed_form import TideClosedForm
-        return TideClosedForm.build(self.p, model, trained, use_adapter)
 
     @torch.no_grad()
     def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor,

@@ -1,17 +1,16 @@
-"""TIDE's local loss from the embeddings on, with its reverse pass written by hand
-(`Objective.closed_form_loss`), for lock-step programs.
+"""TIDE's local loss from the embeddings on, with its reverse pass written by hand, registered
+for lock-step programs as the `tide` objective's fast path (`raymm.protocol.fast_paths`).
 
 Under `vmap` and autograd the part of a TIDE step after the encoders -- fusion, task head,
-per-sensor heads, the adapter's personal path, L_h, L_cs and L_p -- is ~700 small operations
-forward and backward whatever the device count: 4.4-4.8 ms a step of 20 devices on the HAR
-model, against 2.0 ms written out here as batched products and elementwise terms on
-`[k, B, ...]` stacks (docs/benchmarks.md, 2026-12-06 sixth session). The same formulas as
-`policies/objective/tide.py`, term by term and in its order; the numbers agree to float32
-rounding (`tests/unit/test_tide_closed_form.py`).
+per-sensor heads, the adapter's personal path, L_h, L_cs and L_p -- is hundreds of small
+operations forward and backward whatever the device count; written out here it is a few
+batched products and elementwise terms on `[k, B, ...]` stacks (docs/performance.md,
+"Gradients written out"). The same formulas as `policies/objective/tide.py`, term by term and
+in its order; the numbers agree to float32 rounding (`tests/unit/test_tide_closed_form.py`).
 
 It covers the objective with the `personal` adapter path or no adapter, on `MultimodalNet`
 with concat fusion (what TIDE's checks require), every parameter it reads trained; otherwise
-`TideObjective.closed_form_loss` gives None and the program keeps autograd.
+`TideClosedForm.build` gives None and the program keeps autograd.
 """
 
 from __future__ import annotations
@@ -22,9 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from policies.objective.tide import NO_PROTOTYPE_LOGIT, TideObjectiveParams
-from raymm.models.network import MultimodalNet
+from policies.objective.tide import NO_PROTOTYPE_LOGIT, TideObjective, TideObjectiveParams
+from raymm.models.network import MultimodalNet, RaymmNet
+from raymm.protocol.fast_paths import ClosedForm, register_closed_form
 from raymm.protocol.losses import PADDING_LOGIT, cross_entropy_with_grad
+from raymm.protocol.seams import Objective
 
 #: F.normalize's default floor on the norm
 NORM_EPS = 1e-12
@@ -52,7 +53,7 @@ class _Normalized:
 
 
 class TideClosedForm:
-    """The callable `TideObjective.closed_form_loss` returns (`ClosedFormLoss`)."""
+    """TIDE's loss after the encoders for k devices at once (a `ClosedFormLoss`)."""
 
     def __init__(self, params: TideObjectiveParams, sensors: tuple[str, ...], adapter: bool
                  ) -> None:
@@ -218,3 +219,13 @@ class TideClosedForm:
                 d = d + torch.bmm(d_sensor[m], params[f"heads.{m}.weight"])
             d_emb[m] = d if m not in d_emb else d + d_emb[m]
         return grads, d_emb
+
+
+def _after_encoders(objective: Objective, model: RaymmNet, trained: Sequence[str],
+                    use_adapter: bool) -> TideClosedForm | None:
+    """`TideClosedForm.build` for the objective's parameters."""
+    assert isinstance(objective, TideObjective)   # looked up by the class registered as "tide"
+    return TideClosedForm.build(objective.p, model, trained, use_adapter)
+
+
+register_closed_form("tide", ClosedForm(after_encoders=_after_encoders))

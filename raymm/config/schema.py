@@ -250,9 +250,9 @@ class TrainingSpec(Strict):
     #: on it)
     vectorise_chunk: int = Field(default=1024, ge=1)
     #: in lock-step, take the gradient of a model and loss raymm knows by hand-written batched
-    #: products rather than through autograd (raymm.device.closed_form: an MLP under
-    #: cross-entropy; an objective's own loss after the encoders, Objective.closed_form_loss:
-    #: TIDE's): the same numbers to float32 rounding, faster steps; false: autograd everywhere
+    #: products rather than through autograd (raymm.protocol.fast_paths, by objective: an MLP
+    #: under cross-entropy; TIDE's loss after the encoders): the same numbers to float32
+    #: rounding, faster steps; false: autograd everywhere
     closed_form: bool = True
     #: what a device keeps between rounds and exchanges with the server (see
     #: raymm.protocol.exchange): "params" downloads the server's vectors whenever selected and

@@ -1,18 +1,18 @@
-"""Lock-step gradients written out by hand for the models and losses where that pays.
+"""The engine's own lock-step gradient written out by hand: a chain of `Linear` and `ReLU`
+under cross-entropy, registered for the `ce` objective (`raymm.protocol.fast_paths`).
 
 A lock-step step (`LocalUpdate.many_devices`) runs the loss under `vmap` and takes one reverse
-pass of autograd: general, and for a small model mostly overhead. The bench model
-(`scenarios/bench/standard.yaml`: `Linear(64, 64) -> ReLU -> Linear(64, 6)` under plain
-cross-entropy) took 8.3-9.0 ms a step at 250 devices that way, and ~4.3 ms as the batched
-products below (docs/benchmarks.md, 2026-12-06 fifth and sixth sessions).
+pass of autograd: general, and for a small model mostly overhead. The batched products below
+do the same work in a few calls per layer (docs/performance.md, "Gradients written out").
 
 `closed_form_grads` gives such a gradient function, or None where it does not know the model or
 the loss; the caller then keeps autograd. It knows:
   * a `MultimodalNet` of one sensor whose encoder, fusion layer and task head make one chain
     of `Linear` layers with `ReLU` between them (`encoder: identity` or `mlp`, concat fusion,
     no per-sensor heads, no adapter in use), every weight trained by every device;
-  * an objective whose loss is the task head's mean cross-entropy and, at most, its proximal
-    term (`Objective.task_cross_entropy`: `ce`, so FedAvg and FedProx).
+  * an objective whose fast path (`ClosedForm.task_cross_entropy`) says its loss is the task
+    head's mean cross-entropy and, at most, its proximal term: `ce` without an adapter, so
+    FedAvg and FedProx.
 The numbers are the autograd path's up to float32 rounding (the products and sums run in
 another order): `tests/unit/test_closed_form.py` holds the gradients and losses to it, and a
 device's numbers to every packing. `training.closed_form: false` keeps autograd everywhere.
@@ -28,8 +28,13 @@ from torch import Tensor, nn
 
 from raymm.device.local_update import Batch, GradFn, Params, add_proximal
 from raymm.models.network import MultimodalNet
+from raymm.protocol.fast_paths import ClosedForm, closed_form_for, register_closed_form
 from raymm.protocol.losses import cross_entropy_with_grad
 from raymm.protocol.seams import Objective
+
+#: `ce`'s loss is the task head's mean cross-entropy plus FedProx's term, unless it trains
+#: the adapter (whose path this chain does not have)
+register_closed_form("ce", ClosedForm(task_cross_entropy=lambda ce: not ce.uses_adapter))
 
 
 @dataclass(frozen=True)
@@ -71,12 +76,15 @@ def closed_form_grads(model: nn.Module, objective: Objective, params: Params, an
                       *, proximal: tuple[float, tuple[str, ...]], plain: bool) -> GradFn | None:
     """The gradient function of a lock-step program (`LocalUpdate.many_devices`'s contract:
     `(params, batch) -> (loss [k], grads)` for the first k devices), or None where this module
-    does not know the model or the loss. `params`/`anchor`: the program's trained stacks and
-    their starting values; `proximal`: (c, names) of a c·||θ - θ_received||² over those
-    parameters that the loss holds (c = 0: none, or added outside the loss, as `StackedAdam`
-    does); `plain`: nothing else reaches the forward pass (no frozen or shared parameters in
-    the chain, no device tensors, no per-device masks or encoder plan, no adapter)."""
-    if not plain or not objective.task_cross_entropy:
+    does not know the model or the objective's loss (`ClosedForm.task_cross_entropy`).
+    `params`/`anchor`: the program's trained stacks and their starting values; `proximal`:
+    (c, names) of a c·||θ - θ_received||² over those parameters that the loss holds (c = 0:
+    none, or added outside the loss, as `StackedAdam` does); `plain`: nothing else reaches the
+    forward pass (no frozen or shared parameters in the chain, no device tensors, no
+    per-device masks or encoder plan, no adapter)."""
+    fast = closed_form_for(objective)
+    if not plain or fast is None or fast.task_cross_entropy is None \
+            or not fast.task_cross_entropy(objective):
         return None
     chain = linear_chain(model)
     if chain is None:
@@ -128,7 +136,7 @@ def _chain_step(layers: list[Dense], params: Params, x: Tensor, y: Tensor, weigh
             grads[d.bias] = delta.sum(dim=1)
         if i:
             delta = torch.bmm(delta, params[d.weight])
-            if layers[i - 1].relu:   # ReLU's own backward kernel: a multiply by a bool mask
-                # took 30x as long (2 ms at 250 devices x 32 rows x 64)
+            if layers[i - 1].relu:   # ReLU's own backward kernel: far faster than a
+                # multiply by a bool mask
                 delta = torch.ops.aten.threshold_backward(delta, inp, 0)
     return loss, grads

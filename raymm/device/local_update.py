@@ -58,7 +58,8 @@ from raymm.device.module_call import ModuleCall
 from raymm.device.stacked_adam import StackedAdam
 from raymm.device.stacked_encoder import StackedEncoder, encode_devices
 from raymm.models.network import RaymmNet
-from raymm.protocol.seams import ClosedFormLoss, LossInputs, Objective
+from raymm.protocol.fast_paths import ClosedFormLoss
+from raymm.protocol.seams import LossInputs, Objective
 
 Params = dict[str, Tensor]
 Grads = Mapping[str, Tensor | None]
@@ -205,7 +206,7 @@ class LocalUpdate:
     def proximal_in_loss(self, trained: Iterable[str]) -> tuple[float, tuple[str, ...]]:
         """(c, names) of the objective's proximal term where `loss` holds it, (0, ()) where the
         program adds it outside (`stacked_adam`) or there is none: what a hand-written step
-        (`raymm.device.closed_form`, `Objective.closed_form_loss`) must add itself."""
+        (`raymm.protocol.fast_paths`) must add itself."""
         return (0.0, ()) if self.stacked_adam else self.objective.proximal(list(trained))
 
     def loss(self, train: Params, anchor: Params, fixed: Params, local: Params,
@@ -248,7 +249,7 @@ class LocalUpdate:
         others' gradients are zero, so an optimizer without weight decay leaves their values
         exactly as they were. `encoders`: sensors whose encoder only some devices run on their
         data (the others lack the sensor and do not train it). `closed`: the objective's loss
-        after the encoders in closed form (`Objective.closed_form_loss`), which then takes the
+        after the encoders in closed form (`raymm.protocol.fast_paths`), which then takes the
         place of the model's fusion and heads and of `loss` under `vmap`, the encoders running
         before it (`encode_devices`; `encoder_params`: each sensor's encoder's parameter
         names), their gradients from the embeddings' by autograd. Without one, the encoders
@@ -321,7 +322,7 @@ class LocalUpdate:
         every weight trained (the same bits as inside the loss's vmap, less vmap's layers)."""
         model = self.call.model
         if not isinstance(model, RaymmNet) or not model.takes_embeddings:
-            assert not closed   # `Objective.closed_form_loss` asks for embeddings
+            assert not closed   # a loss after the encoders asks for embeddings
             return {}
         encoders = model.encoders
         assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them

@@ -92,8 +92,9 @@ from raymm.device.lockstep_conv import blocked_convolutions, interleaved_rows, t
 from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
+from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 from raymm.protocol.messages import Broadcast
-from raymm.protocol.seams import ClosedFormLoss, DeviceFinish, Objective
+from raymm.protocol.seams import DeviceFinish, Objective
 
 log = logging.getLogger("raymm.device.lockstep")
 
@@ -346,7 +347,7 @@ class LockstepTrainer:
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
         # a model and loss known in closed form skip autograd (`raymm.device.closed_form`),
-        # else an objective's loss after the encoders may (`Objective.closed_form_loss`)
+        # else an objective's loss after the encoders may (`raymm.protocol.fast_paths`)
         grads_of = closed_form_grads(
             self.model, self.objective, params, anchor,
             proximal=update.proximal_in_loss(names),
@@ -367,15 +368,18 @@ class LockstepTrainer:
 
     def _closed_loss(self, names: list[str], frozen: list[str], unread: Mapping[str, int],
                      local_t: Params) -> ClosedFormLoss | None:
-        """The objective's loss after the encoders in closed form, where it has one for this
-        program (`Objective.closed_form_loss`): every encoder it runs trained, no device
-        tensors."""
+        """The objective's loss after the encoders in closed form, where one is registered for
+        it (`raymm.protocol.fast_paths`) that covers this program: every encoder it runs
+        trained, no device tensors."""
         if not self.base.training.closed_form or local_t or not self.model.takes_embeddings:
             return None
         run = [m for m in self.sensors if m not in frozen and m not in unread]
         if not all(set(self.encoder_params[m]) <= set(names) for m in run):
             return None
-        return self.objective.closed_form_loss(self.model, names, self.use_adapter)
+        fast = closed_form_for(self.objective)
+        if fast is None or fast.after_encoders is None:
+            return None
+        return fast.after_encoders(self.objective, self.model, names, self.use_adapter)
 
     def _sources(self, r: Request) -> dict[str, np.ndarray]:
         """Every group's flat starting vector for one device, as `SequentialTrainer.train` loads

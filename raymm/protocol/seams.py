@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -313,23 +313,6 @@ class LossInputs:
     proximal_outside: bool = False
 
 
-class ClosedFormLoss(Protocol):
-    """An objective's loss after the encoders, with its reverse pass written by hand, for k
-    devices of a lock-step program at once (`Objective.closed_form_loss`).
-
-    Called with every tensor stacked along a leading device axis of k: `params` the trained
-    parameters (name -> [k, ...]), `emb` every sensor's embeddings [k, B, E] (the model's
-    sensor order), `y` [k, B], `present` float [k, B, M], `weight` float [k, B] (1 real row, 0
-    padding) and the round's `extras` (the same for every device). Returns each device's loss
-    [k] (what `Objective.loss` gives, without a proximal term the trainer adds itself), the
-    gradients of the parameters it reads (a parameter it does not read: absent) and of each
-    sensor's embeddings; the trainer takes the encoders' gradients from those by autograd."""
-
-    def __call__(self, params: Mapping[str, Tensor], emb: Mapping[str, Tensor], y: Tensor,
-                 present: Tensor, weight: Tensor, extras: Mapping[str, Tensor]
-                 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]: ...
-
-
 @dataclass(frozen=True)
 class DeviceFinish:
     """What the optional `Objective.device_finish` hook sees after one device's local training.
@@ -384,11 +367,6 @@ class Objective(Policy, ABC):
     #: to the device's own parameters must not change for that (a proximal term's
     #: (θ - θ_received)² is zero there), and its gradient with respect to it is dropped
     mixes_sensor_sets: bool = False
-    #: with `vectorisable`: `loss` is the task head's mean cross-entropy
-    #: (`raymm.protocol.losses.mean_cross_entropy` of `out.logits`) plus, at most, its
-    #: `proximal` term: a lock-step program may then take the gradient of a model it knows in
-    #: closed form (`raymm.device.closed_form`) instead of through autograd
-    task_cross_entropy: bool = False
 
     @abstractmethod
     def loss(self, inp: LossInputs) -> Tensor:
@@ -425,16 +403,6 @@ class Objective(Policy, ABC):
         SCAFFOLD's control-variate correction), from what it kept (`state`) and the server's
         extras; called once per device before its local steps. Default: none."""
         return {}
-
-    def closed_form_loss(self, model: RaymmNet, trained: Sequence[str], use_adapter: bool
-                         ) -> ClosedFormLoss | None:
-        """`loss` from the embeddings on, with its gradient written by hand, for lock-step
-        programs training `trained` (names of stacked parameters) of `model` (`use_adapter`: as
-        `LossInputs.out` was made); None where the objective has none for this model (the
-        default): the program then runs `loss` under `vmap` and autograd. It must agree with
-        `loss` to float32 rounding (`tests/unit/test_tide_closed_form.py` holds TIDE's so),
-        less the term `proximal` names, which the trainer adds."""
-        return None
 
     def device_extras(self, model: RaymmNet, xs: dict[str, Tensor], y: Tensor, held_t: Tensor,
                       use_adapter: bool) -> dict[str, np.ndarray]:

@@ -18,6 +18,12 @@ from raymm.device.closed_form import closed_form_grads, linear_chain
 from raymm.device.local_update import Batch, LocalUpdate
 from raymm.device.module_call import ModuleCall
 from raymm.models.network import MultimodalNet
+from raymm.protocol.fast_paths import (
+    CLOSED_FORMS,
+    ClosedForm,
+    closed_form_for,
+    register_closed_form,
+)
 
 from helpers import tiny_scenario
 from needs import needs_batch_invariant_matmul
@@ -55,16 +61,33 @@ def test_a_model_that_is_not_one_linear_chain_keeps_autograd(net):
                              proximal=(0.0, ()), plain=True) is None
 
 
+class _Subclass(CrossEntropy):
+    """Not registered: a subclass may change `loss`, so it does not inherit `ce`'s step."""
+
+
 def test_a_loss_other_than_cross_entropy_keeps_autograd():
     model = _net()
     params = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
+    assert closed_form_grads(model, CrossEntropy(CEParams()), params, params,
+                             proximal=(0.0, ()), plain=True) is not None
     tide = TideObjective(TideObjectiveParams(adapter=False))
-    assert not tide.task_cross_entropy
-    assert closed_form_grads(model, tide, params, params, proximal=(0.0, ()),
-                             plain=True) is None
+    for objective in (tide, CrossEntropy(CEParams(adapter=True)), _Subclass(CEParams())):
+        assert closed_form_grads(model, objective, params, params, proximal=(0.0, ()),
+                                 plain=True) is None, objective
     assert closed_form_grads(model, CrossEntropy(CEParams()), params, params,
                              proximal=(0.0, ()), plain=False) is None
-    assert not CrossEntropy(CEParams(adapter=True)).task_cross_entropy
+
+
+def test_fast_paths_are_found_by_the_registered_class_of_the_objective():
+    ce = closed_form_for(CrossEntropy(CEParams()))
+    assert ce is CLOSED_FORMS["ce"] and ce.task_cross_entropy is not None
+    assert ce.after_encoders is None
+    assert closed_form_for(_Subclass(CEParams())) is None
+    tide = closed_form_for(TideObjective(TideObjectiveParams()))
+    assert tide is CLOSED_FORMS["tide"] and tide.task_cross_entropy is None
+    with pytest.raises(ValueError, match="registered twice"):
+        register_closed_form("ce", ClosedForm())
+    register_closed_form("ce", ce)   # the same entry again: a module imported twice
 
 
 def _stacked(model: MultimodalNet, g: int, scale: float) -> dict[str, torch.Tensor]:

@@ -16,6 +16,7 @@ from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.device.local_update import Batch, LocalUpdate
 from raymm.device.module_call import ModuleCall
 from raymm.models.network import MultimodalNet
+from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 
 from helpers import tiny_scenario
 
@@ -47,6 +48,14 @@ def _case(sensors: tuple[str, ...], *, zero_row: bool = False, absent: bool = Fa
             "weight": weight,
             "extras": {"prototypes": torch.randn(C, 12, generator=gen),
                        "prototype_mask": torch.tensor(mask)}}
+
+
+def _closed(objective: TideObjective, model: MultimodalNet, trained: list[str],
+            use_adapter: bool) -> ClosedFormLoss | None:
+    """The loss after the encoders a lock-step program finds registered for TIDE."""
+    fast = closed_form_for(objective)
+    assert fast is not None and fast.after_encoders is not None
+    return fast.after_encoders(objective, model, trained, use_adapter)
 
 
 def _stacked(model: MultimodalNet, scale: float = 0.2) -> dict[str, torch.Tensor]:
@@ -102,7 +111,7 @@ def test_the_closed_form_is_autograd_through_the_tide_loss(name):
     use_adapter = objective.uses_adapter
     if not use_adapter:
         params = {n: p for n, p in params.items() if not n.startswith("adapter.")}
-    closed = objective.closed_form_loss(model, list(params), use_adapter)
+    closed = _closed(objective, model, list(params), use_adapter)
     assert closed is not None
     ref_loss, ref_params, ref_emb = _autograd(model, objective, params, case, use_adapter)
     with torch.no_grad():
@@ -123,13 +132,14 @@ def test_what_the_closed_form_does_not_cover_keeps_autograd():
     model = _net(("a", "b"))
     names = [n for n, _ in model.named_parameters()]
     joint = TideObjective(TideObjectiveParams(adapter_path="joint"))
-    assert joint.closed_form_loss(model, names, True) is None
-    assert TideObjective(TideObjectiveParams()).closed_form_loss(
-        model, [n for n in names if not n.startswith("heads.")], True) is None  # heads untrained
+    assert _closed(joint, model, names, True) is None
+    untrained_heads = [n for n in names if not n.startswith("heads.")]
+    assert _closed(TideObjective(TideObjectiveParams()), model, untrained_heads, True) is None
     logit_fusion = MultimodalNet(("a", "b"), {"a": (8,), "b": (8,)}, C,
                                  ModelSpec(encoder="mlp", fusion="sum_logits"))
-    assert TideObjective(TideObjectiveParams(adapter=False)).closed_form_loss(
-        logit_fusion, [n for n, _ in logit_fusion.named_parameters()], False) is None
+    every = [n for n, _ in logit_fusion.named_parameters()]
+    assert _closed(TideObjective(TideObjectiveParams(adapter=False)), logit_fusion, every,
+                   False) is None
 
 
 @pytest.fixture(autouse=True)
