@@ -59,7 +59,7 @@ def device_ledger(privacy_state: dict[str, Any]) -> dict[str, Any]:
     if not eps.size:
         return {}
     worst = int(np.argmax(eps))
-    return {"device_epsilon": [round(float(e), 6) for e in eps], "worst_device": worst,
+    return {"device_epsilon": [float(e) for e in eps], "worst_device": worst,
             "worst_device_epsilon": float(eps[worst]),
             "median_device_epsilon": float(np.median(eps)),
             "participations": np.asarray(privacy_state["selected_count"]).astype(int).tolist()}

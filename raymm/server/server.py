@@ -131,9 +131,11 @@ class Server:
             if self.privacy is None else self.privacy.selection_rng(t)
         drawn = None if self.privacy is None else self.privacy.sample(t, eligible)
         ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng)
-        selected = np.sort(np.asarray(self.policies.selector.select(ctx) if drawn is None
-                                      else drawn, dtype=np.int64))
-        self._check_selection(selected, eligible)
+        if drawn is None:
+            selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
+            self._check_selection(selected, eligible)
+        else:  # a Poisson cohort: any size, every member eligible by construction
+            selected = drawn
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
         for g in active:  # a group trained again: every frozen copy sent of it is now stale
