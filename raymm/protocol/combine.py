@@ -128,7 +128,7 @@ def _sum_rows(rows: np.ndarray, order: np.ndarray, chunk: int = 256) -> np.ndarr
     without gathering all of them: a chunk at a time, each continuing from the running sum (so
     the additions and their order are the very same). At a million devices a round has
     thousands of blocks; the whole gather would be one more copy of all their sums."""
-    acc = np.add.reduce(rows[order[:chunk]], axis=0)
+    acc: np.ndarray = np.add.reduce(rows[order[:chunk]], axis=0)
     for lo in range(chunk, order.shape[0], chunk):
         block = rows[order[lo:lo + chunk]]
         acc = np.add.reduce(np.concatenate([acc[None], block]), axis=0)

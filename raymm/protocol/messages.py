@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from raymm.protocol import combine
 from raymm.protocol.combine import Partials
@@ -56,7 +57,9 @@ class RoundPlan:
 
     def download_mask(self) -> np.ndarray:
         """bool per selected device (aligned with `selected`)."""
-        return np.broadcast_to(np.asarray(self.download, bool), self.selected.shape).copy()
+        mask: npt.NDArray[np.bool_] = np.broadcast_to(np.asarray(self.download, bool),
+                                                      self.selected.shape).copy()
+        return mask
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class Broadcast:
         c = self.clusters
         if c is None or group not in c.params or not c.clustered[group][device]:
             return self.params[group]
-        return c.params[group][int(c.assignment[group][device])]
+        row: npt.NDArray[np.float32] = c.params[group][int(c.assignment[group][device])]
+        return row
 
 
 def plan_state(plan: RoundPlan, broadcast: Broadcast) -> dict[str, Any]:
@@ -258,7 +262,8 @@ class UpdateBatch:
 
     def group_weights(self, group: str) -> np.ndarray:
         """Sample counts of the devices that sent `group`, in row order."""
-        return self.num_samples[self.senders[group]].astype(np.float64)
+        counts: npt.NDArray[np.float64] = self.num_samples[self.senders[group]].astype(np.float64)
+        return counts
 
 
 def merge_results(results: list[HostResult]) -> UpdateBatch:
@@ -281,8 +286,8 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
     rank = np.empty_like(order)
     rank[order] = np.arange(order.shape[0])
 
-    def cat(get):  # noqa: ANN001, ANN202
-        return np.concatenate([get(r) for r in results])[order] if results else np.zeros(0)
+    def cat(per_host: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(per_host)[order] if results else np.zeros(0)
 
     offsets = np.cumsum([0] + [r.device_ids.shape[0] for r in results])
     groups = sorted({g for r in results for g in r.updates})
@@ -297,8 +302,8 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
             pos, mat = pos[o], mat[o]
         senders[g], updates[g] = pos, mat
     extra_names = sorted({k for r in results for k in r.extras})
-    extras = {k: cat(lambda r, k=k: r.extras[k]) for k in extra_names}
-    reports = {k: cat(lambda r, k=k: r.reports[k])
+    extras = {k: cat([r.extras[k] for r in results]) for k in extra_names}
+    reports = {k: cat([r.reports[k] for r in results])
                for k in sorted({k for r in results for k in r.reports})}
     partials = {}
     for g in sorted({g for r in results for g in r.partials}):
@@ -310,8 +315,9 @@ def merge_results(results: list[HostResult]) -> UpdateBatch:
             np.concatenate([p.weights for _, p in parts])[o],
             np.sort(np.concatenate([rank[offsets[h] + p.senders] for h, p in parts])))
     return UpdateBatch(
-        device_ids=ids[order].astype(np.int64), num_samples=cat(lambda r: r.num_samples),
-        compute_seconds=cat(lambda r: r.compute_seconds), loss=cat(lambda r: r.loss),
+        device_ids=ids[order].astype(np.int64), num_samples=cat([r.num_samples for r in results]),
+        compute_seconds=cat([r.compute_seconds for r in results]),
+        loss=cat([r.loss for r in results]),
         updates=updates, senders=senders, extras=extras,
         failed=failed, errors=errors, partials=partials, reports=reports,
         lockstep_fallbacks=fallbacks)

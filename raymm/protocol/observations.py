@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 WINDOW = 10  # rounds of history kept per device (TIDE's "last 10 rounds")
 
@@ -67,11 +68,13 @@ class Observations:
         devices that trained since (a round changes K rows of a million): the same numbers."""
         if self._means is None:
             self._means = _row_means(self.compute_hist)
-        return self._means.copy() if ids is None else self._means[ids]
+        means: npt.NDArray[np.float64] = self._means.copy() if ids is None else self._means[ids]
+        return means
 
     def participation(self) -> np.ndarray:
         """Share of the last WINDOW rounds in which each device was selected."""
-        return self.selected_hist.mean(axis=0)
+        share: npt.NDArray[np.float64] = self.selected_hist.mean(axis=0)
+        return share
 
     def observe_online(self, ids: np.ndarray, num_samples: np.ndarray) -> None:
         self.num_samples[ids] = num_samples
