@@ -12,6 +12,8 @@ from typing import Any
 from raymm.config.schema import deep_merge
 from raymm.protocol.registry import METHODS, PRESETS
 
+__all__ = ["METHODS", "PRESETS"]  # filled here; `policies` re-exports them
+
 PRESETS.update({
     # plain FedAvg on the multimodal model: every selected device trains and uploads every group
     "fedavg": {
@@ -47,7 +49,7 @@ PRESETS.update({
     # the ablation's starting point: scores + plain averaging (every device trains and uploads
     # every group) + proximal term + modality dropout; no prototypes, no cross-sensor loss, no
     # aux heads. The ablation rows switch the components back on one at a time
-    # (scenarios/tide_ablations/). The adapter stays, as in every TIDE row, on its own path.
+    # (experiments/tide/ablations/). The adapter stays, as in every TIDE row, on its own path.
     "tide_core": {
         "selection": {"name": "tide"},
         "aggregation": {"name": "tide"},

@@ -6,6 +6,7 @@ FedMChain's "w/o SSCA" ablation: the chain and the sync period unchanged, plain 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from policies.aggregation.fedavg import FedAvg
 from raymm.protocol.registry import AGGREGATORS
@@ -18,4 +19,5 @@ class DeltaMean(FedAvg):
     takes_deltas = True
 
     def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
-        return (current + mean).astype(np.float32)
+        merged: npt.NDArray[np.float32] = (current + mean).astype(np.float32)
+        return merged

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.protocol.messages import UpdateBatch
@@ -49,7 +50,8 @@ class FedAdagradParams(FedOptParams):
     eta: float = Field(default=1e-1, gt=0)
 
 
-def second_moment(rule: str, v: np.ndarray, delta: np.ndarray, beta2: float) -> np.ndarray:
+def second_moment(rule: str, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],
+                  beta2: float) -> npt.NDArray[np.float64]:
     """v_t from v_{t-1} and Δ_t under `rule` ("adagrad", "adam" or "yogi"), float64."""
     d2 = delta * delta
     if rule == "adagrad":

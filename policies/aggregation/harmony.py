@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from policies.aggregation.fedavg import FedAvg
 from policies.schedule.harmony import HarmonyParams, fusion_start
@@ -109,4 +110,5 @@ class HarmonyDelta(HarmonyAggregation):
     takes_deltas = True
 
     def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
-        return (current + mean).astype(np.float32)
+        merged: npt.NDArray[np.float32] = (current + mean).astype(np.float32)
+        return merged

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from policies.aggregation.fedavg import FedAvg
 from policies.objective.scaffold import DC, C
@@ -55,4 +56,5 @@ class ScaffoldDelta(Scaffold):
     takes_deltas = True
 
     def merge(self, current: np.ndarray, mean: np.ndarray) -> np.ndarray:
-        return (current + mean).astype(np.float32)
+        merged: npt.NDArray[np.float32] = (current + mean).astype(np.float32)
+        return merged

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm import seeding
@@ -176,7 +177,8 @@ def sparsify(deltas: np.ndarray, kappa: float) -> np.ndarray:
     p = deltas.shape[1]
     keep = min(p, max(1, int(round(kappa * p))))
     if keep == p:
-        return deltas.copy()
+        dense: np.ndarray = deltas.copy()
+        return dense
     out = np.empty_like(deltas)
     _parallel(lambda i: _sparsify_row(deltas[i], out[i], keep), range(deltas.shape[0]))
     return out
@@ -210,14 +212,16 @@ def sign_gram(x: np.ndarray) -> np.ndarray:
             partial[j] += b @ b.T
 
     _parallel(lane, range(lanes))
-    return partial.sum(axis=0)
+    gram: npt.NDArray[np.float64] = partial.sum(axis=0)
+    return gram
 
 
 def gram_embedding(gram: np.ndarray) -> np.ndarray:
     """Points X' [n, n] with X'·X'ᵀ = G: the same pairwise distances as the long vectors behind
     G (X' = X·R for an orthogonal R), so KMeans on X' is KMeans on X."""
     vals, vecs = np.linalg.eigh(gram)
-    return vecs * np.sqrt(np.clip(vals, 0.0, None))[None, :]
+    points: npt.NDArray[np.float64] = vecs * np.sqrt(np.clip(vals, 0.0, None))[None, :]
+    return points
 
 
 def distinct_rows(gram: np.ndarray) -> int:
@@ -263,7 +267,8 @@ def cluster_signs(signs: np.ndarray, k: int, random_state: int) -> np.ndarray:
         points = gram_embedding(gram)
         km = KMeans(n_clusters=k_eff, n_init=10, random_state=random_state,
                     tol=1e-4 * points.shape[1] / p)
-        return km.fit_predict(points).astype(np.int64)
+        labels: npt.NDArray[np.int64] = km.fit_predict(points).astype(np.int64)
+        return labels
 
 
 def weighted_row_sum(table: np.ndarray, rows: np.ndarray, w: np.ndarray, cols: slice,
@@ -479,10 +484,13 @@ class SSCA(Aggregator):
     def consensus(self, g: str) -> np.ndarray:
         """The mean of the K models weighted by the last sync's α (model 0 before any)."""
         a = self.alpha[g]
+        mean: npt.NDArray[np.float32]
         if a.sum() <= 0:
-            return self.models[g][0].copy()
-        return ((self.models[g].astype(np.float64) * (a / a.sum())[:, None]).sum(axis=0)
-                ).astype(np.float32)
+            mean = self.models[g][0].copy()
+        else:
+            mean = ((self.models[g].astype(np.float64) * (a / a.sum())[:, None]).sum(axis=0)
+                    ).astype(np.float32)
+        return mean
 
     def cluster_models(self) -> ClusterModels | None:
         if not self.models:

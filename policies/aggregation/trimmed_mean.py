@@ -4,6 +4,7 @@ docs/adding-a-policy.md)."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.protocol.messages import UpdateBatch
@@ -22,7 +23,8 @@ def trimmed_mean(rows: np.ndarray, trim: float) -> np.ndarray:
     n = rows.shape[0]
     cut = int(np.floor(trim * n))
     kept = np.sort(rows.astype(np.float64), axis=0)[cut:n - cut]
-    return kept.mean(axis=0).astype(np.float32)
+    mean: npt.NDArray[np.float32] = kept.mean(axis=0).astype(np.float32)
+    return mean
 
 
 @AGGREGATORS.register("trimmed_mean")

@@ -41,8 +41,8 @@ class _Normalized:
 
     def __init__(self, x: Tensor) -> None:
         self.x = x
-        self.norm = x.norm(dim=-1, keepdim=True)
-        self.denom = self.norm.clamp_min(NORM_EPS)
+        self.norm: Tensor = x.norm(dim=-1, keepdim=True)
+        self.denom: Tensor = self.norm.clamp_min(NORM_EPS)
         self.value = x / self.denom
 
     def backward(self, grad: Tensor) -> Tensor:

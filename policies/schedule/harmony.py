@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.config.schema import Scenario
@@ -111,7 +112,8 @@ class HarmonySchedule(Schedule):
                  sensors: tuple[str, ...]) -> np.ndarray:
         if not self.in_fusion(round):
             return np.ones(sensor_mask.shape[0], dtype=bool)
-        return sensor_mask.sum(axis=1) >= 2
+        fused: npt.NDArray[np.bool_] = sensor_mask.sum(axis=1) >= 2
+        return fused
 
     def phase(self, round: int) -> str:
         return FUSION if self.in_fusion(round) else MODALITY

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 #: phase kind of the opening probe (every modality trained alone, side by side)
 PROBE = -1
@@ -60,7 +61,8 @@ class WeakestRule:
     straight at the modality imbalance (MIR) that chained training is about."""
 
     def scores(self, s: ModalityState) -> np.ndarray:
-        return -np.nan_to_num(s.accuracy, nan=0.0)
+        weakest_first: npt.NDArray[np.float64] = -np.nan_to_num(s.accuracy, nan=0.0)
+        return weakest_first
 
 
 ORDER_RULES: dict[str, OrderRule] = {"gain": GainRule(), "weakest": WeakestRule()}
@@ -82,7 +84,8 @@ def data_share(sensor_mask: np.ndarray, num_samples: np.ndarray) -> np.ndarray:
     total = n.sum()
     if total <= 0:
         return np.full(sensor_mask.shape[1], 1.0 / sensor_mask.shape[1])
-    return (n[:, None] * sensor_mask).sum(axis=0) / total
+    share: npt.NDArray[np.float64] = (n[:, None] * sensor_mask).sum(axis=0) / total
+    return share
 
 
 def sync_rounds(rounds: int, is_sync: Sequence[bool]) -> np.ndarray:
@@ -146,7 +149,8 @@ class AdaptiveOrder:
         """int [M]: training rounds of each modality a report at round r reflects (those whose
         sync came before r)."""
         act = self.active_rounds()
-        return act[self.sync_of < r].sum(axis=0)
+        rounds: npt.NDArray[np.int64] = act[self.sync_of < r].sum(axis=0)
+        return rounds
 
     def preceding(self, p: int) -> np.ndarray:
         """bool [M]: P for phase p — modalities trained in earlier phases after the probe,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from raymm.protocol.registry import SELECTORS
 from raymm.protocol.seams import SelectionContext, Selector
@@ -17,7 +18,8 @@ class RandomSelection(Selector):
 
     def select(self, ctx: SelectionContext) -> np.ndarray:
         if ctx.eligible.shape[0] <= ctx.k:
-            return ctx.eligible.copy()
+            every: npt.NDArray[np.int64] = ctx.eligible.copy()
+            return every
         return np.sort(ctx.rng.choice(ctx.eligible, size=ctx.k, replace=False))
 
 
@@ -29,4 +31,5 @@ class AllOnline(Selector):
         self.params = params
 
     def select(self, ctx: SelectionContext) -> np.ndarray:
-        return ctx.eligible.copy()
+        every: npt.NDArray[np.int64] = ctx.eligible.copy()
+        return every

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from raymm.protocol.registry import SELECTORS
@@ -30,5 +31,6 @@ class FractionSelection(Selector):
         n = int(ctx.eligible.shape[0])
         take = min(ctx.k, max(1, math.floor(self.fraction * n + 0.5))) if n else 0
         if take >= n:
-            return ctx.eligible.copy()
+            every: npt.NDArray[np.int64] = ctx.eligible.copy()
+            return every
         return np.sort(ctx.rng.choice(ctx.eligible, size=take, replace=False))

@@ -16,6 +16,7 @@ import math
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from policies.selection.bandit import DiscountedUCB
@@ -96,7 +97,8 @@ def tide_scores(obs: Observations, ids: np.ndarray, alpha: float, beta: float, g
     u = alpha * v + beta * eta + gamma * rho
     if participation:
         u = u + participation * obs.participation()[ids]
-    return u.astype(np.float64)
+    scores: npt.NDArray[np.float64] = u.astype(np.float64)
+    return scores
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
@@ -107,7 +109,8 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
     Anything else is sorted whole (the same answer, in O(n log n))."""
     n = ids.shape[0]
     if k <= 0:
-        return ids[:0].copy()
+        none: npt.NDArray[np.int64] = ids[:0].copy()
+        return none
     if k >= n or not np.all(np.isfinite(scores)) or not np.all(ids[1:] > ids[:-1]):
         order = np.lexsort((ids, -scores))
         return np.sort(ids[order[:k]])
@@ -138,7 +141,8 @@ class AdaptiveWeights:
         self.last = np.full(3, np.nan)  # accuracy, bytes, simulated seconds at the last eval
 
     def weights(self) -> np.ndarray:
-        return self.arms[self.arm]
+        arm: npt.NDArray[np.float64] = self.arms[self.arm]
+        return arm
 
     def observe(self, fb: EvalFeedback) -> None:
         """Reward the arm that played since the last evaluation, then pick the next arm."""
@@ -183,7 +187,8 @@ class TideSelection(Selector):
         self._used = self._weights()
         self._arm = self.adaptive.arm if self.adaptive is not None else 0
         if ids.shape[0] <= ctx.k:
-            return ids.copy()
+            every: npt.NDArray[np.int64] = ids.copy()
+            return every
         a, b, g, part = (float(w) for w in self._used)
         u = tide_scores(ctx.obs, ids, a, b, g, part)
         return top_k(ids, u, ctx.k)
