@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .PHONY: venv demo test test-fast lint bench clean
-LINTED := raymm actors policies scenarios tests
+LINTED := raymm actors policies tests tools experiments examples
 
 venv: $(STAMP)
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_script(path: Path, name: str | None = None) -> ModuleType:
-    """Import a script that is not in a package (scenarios/bench/*.py, scenarios/scripts/*.py)
+    """Import a script that is not in a package (tools/*.py, experiments/*/*.py, examples/*.py)
     as a module; it is registered in sys.modules first, so its dataclasses can find it."""
     spec = importlib.util.spec_from_file_location(name or path.stem, path)
     assert spec is not None and spec.loader is not None, path

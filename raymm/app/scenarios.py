@@ -1,10 +1,12 @@
 """The scenarios that ship with raymm: where they are, `raymm scenarios list` and `copy`.
 
-In a source checkout they are the repository's `scenarios/` folder; an installed wheel carries
-the same YAML files as package data under `raymm/scenarios/` (pyproject.toml force-includes
-them), so `pip install raymm` users can list them and copy one to edit. A scenario is named by
-its path under that folder without `.yaml`: `quickstart`, `bench/standard`,
-`tide_ablations/07_tide`.
+They are the scenarios a user runs or copies to start from; an experiment's configurations
+(ablation rows, calibrations) live with the experiment in the repository's `experiments/`, and
+the measurement tools' populations in `tools/`, neither shipped. In a source checkout they are
+the repository's `scenarios/` folder; an installed wheel carries the same YAML files as package
+data under `raymm/scenarios/` (pyproject.toml maps them there), so `pip install raymm` users can
+list them and copy one to edit. A scenario is named by its path under that folder without
+`.yaml`: `quickstart`, `bench/standard`, `reliability/quickstart_faults`.
 """
 
 from __future__ import annotations

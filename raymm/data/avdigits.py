@@ -17,7 +17,7 @@ FSDD takes with `index < test_takes` (300 clips at 5) form the pooled test split
   28×28 so the model is unchanged), and `image_noise: σ` adds Gaussian pixel noise of standard
   deviation σ, drawn once per image from the stream (seed, SETUP, SERVER,
   "avdigits_image_noise") so it is the same image in every epoch and on every device (a sensor
-  property, not augmentation). scenarios/scripts/avdigits_calibration.py measures what a
+  property, not augmentation). experiments/calibration/avdigits_calibration.py measures what a
   centralised model reaches with each modality.
 
 The two input files come from `raymm data prepare fsdd` (raymm/data/releases/fsdd.py: the FSDD

@@ -5,7 +5,7 @@ shapes) and the model built on torch's meta device, so the Ray executor can ask 
 actor's memory and refuse a packing that cannot fit before the first actor starts. It counts:
 
 - `base`: a process with torch, raymm and Ray imported and a host built, measured per actor
-  (`ACTOR_BASE_MIB`; `scenarios/scripts/actor_memory.py` measures it again);
+  (`ACTOR_BASE_MIB`; `tools/actor_memory.py` measures it again);
 - the model's float32 parameters (`model_bytes`) times the copies every host keeps: the module
   itself, its gradients, the initial vectors every device starts from, the round's broadcast,
   and the optimizer's state (one for SGD with momentum, two for Adam);

@@ -9,7 +9,7 @@ have deterministic CUDA kernels. An operation that has none (torch's list: the b
 adaptive average pooling among them) makes torch warn with its name, and its results may
 differ in the last bits between repeats. GPU numbers are not those of the CPU (float32 sums
 in another order), and a different packing or lock-step grouping may run other kernels on the
-GPU. `scenarios/scripts/gpu_check.sh` checks a given GPU.
+GPU. `tools/gpu_check.sh` checks a given GPU.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ own forked from one that has imported raymm, torch and Ray: `forked_cli`), with 
 settings: the serial executor, one round (`--set rounds=1`), the first seed only, one job, tiny
 benchmark sizes, and its output in a temporary working directory (where `scenarios/` is the
 repository's). Relative output folders stay as written, so a `raymm compare` of a folder an
-earlier `raymm sweep` wrote reads it, as a reader would. A `python scenarios/...` script is
-not run (each has tests of its own and takes minutes); its `--help` must list every flag the
-docs give it.
+earlier `raymm sweep` wrote reads it, as a reader would. A `python experiments/...`,
+`tools/...` or `examples/...` script is not run (each has tests of its own and takes minutes);
+its `--help` must list every flag the docs give it.
 
 What cannot run here is skipped with one of the reasons in `REASONS`, listed by the test
 (`-rA` or `-s` shows the list): a cluster, the full datasets when `$RAYMM_DATA` lacks them
@@ -251,7 +251,8 @@ def test_every_plan_is_known():
 
 
 #: what the commands read from the repository, linked into their working directory
-READ = ("scenarios", "results", "examples", "cluster.yaml", "cluster-local.yaml")
+READ = ("scenarios", "experiments", "tools", "results", "examples", "cluster.yaml",
+        "cluster-local.yaml")
 
 
 def inputs(argv: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 Each node gets one CPU, so the scenario's two DeviceActors (`num_cpus: 1` each) must land on
 different nodes. The scenario runs in a driver process through `ray.init(address=...)` (the
-`scenarios/scripts/placement.py` scenario script), and both nodes are stopped by terminating
+`tools/placement.py` scenario script), and both nodes are stopped by terminating
 the two `ray start --block` processes this test started (never `ray stop`, which would stop
 every Ray on the machine).
 
@@ -96,7 +96,7 @@ def test_two_node_cluster_runs_a_scenario_on_both_nodes(tmp_path):
                             tmp_path / "worker.log")
         wait_for(tmp_path / "worker.log", worker)
         driver = subprocess.run(
-            [sys.executable, str(REPO / "scenarios" / "scripts" / "placement.py"),
+            [sys.executable, str(REPO / "tools" / "placement.py"),
              str(REPO / "scenarios" / "quickstart.yaml"), "--set", "rounds=2",
              "--set", "eval.every=2", "--set", f"execution.address={address}",
              "--set", "execution.actor={num_cpus: 1, max_restarts: 0}",

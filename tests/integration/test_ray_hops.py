@@ -1,4 +1,4 @@
-"""`scenarios/scripts/ray_hops.py`: Ray's hops timed alone, and a scenario's rounds on Ray."""
+"""`tools/ray_hops.py`: Ray's hops timed alone, and a scenario's rounds on Ray."""
 
 import pytest
 import yaml
@@ -7,7 +7,7 @@ from helpers import REPO, load_script, tiny_scenario
 
 
 def script():
-    return load_script(REPO / "scenarios" / "scripts" / "ray_hops.py")
+    return load_script(REPO / "tools" / "ray_hops.py")
 
 
 def test_the_chain_is_timed_hop_by_hop(ray_session):

@@ -1,4 +1,4 @@
-"""scenarios/bench/cluster_model.py: the round-time model's fit and its sizing arithmetic."""
+"""tools/cluster_model.py: the round-time model's fit and its sizing arithmetic."""
 
 
 import pytest
@@ -7,7 +7,7 @@ from helpers import REPO, load_script
 
 
 def cluster_model():
-    return load_script(REPO / "scenarios" / "bench" / "cluster_model.py")
+    return load_script(REPO / "tools" / "cluster_model.py")
 
 
 def test_fit_recovers_the_constants_of_times_the_model_made():

@@ -1,4 +1,4 @@
-"""`scenarios/scripts/compare_tables.py`: two method tables side by side."""
+"""`tools/compare_tables.py`: two method tables side by side."""
 
 from helpers import REPO, load_script
 
@@ -11,7 +11,7 @@ def _table(acc: dict[str, tuple[float, float]], wall: float) -> dict:
 
 
 def test_a_difference_beyond_both_spreads_is_marked_and_rankings_are_given():
-    compare = load_script(REPO / "scenarios" / "scripts" / "compare_tables.py").compare
+    compare = load_script(REPO / "tools" / "compare_tables.py").compare
     a = _table({"fedmchain": (0.70, 0.01), "fedavg": (0.60, 0.02)}, 60.0)
     b = _table({"fedmchain": (0.705, 0.02), "fedavg": (0.75, 0.02)}, 15.0)
     text = compare(a, b, ("sequential", "lock-step"))

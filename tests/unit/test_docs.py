@@ -136,7 +136,8 @@ def test_the_guide_and_its_pages_link_to_what_exists():
 def test_no_code_points_at_the_dated_log():
     """Code comments point at docs/performance.md's sections, never at dated log entries."""
     found = [f"{path.relative_to(REPO)}:{n}"
-             for pkg in ("raymm", "actors", "policies", "scenarios", "tests")
+             for pkg in ("raymm", "actors", "policies", "tests", "tools",
+                         "experiments", "examples")
              for path in sorted((REPO / pkg).rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1)
              if ("docs/log/" in line or "benchmarks.md" in line)

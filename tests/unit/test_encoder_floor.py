@@ -1,4 +1,4 @@
-"""`scenarios/scripts/encoder_floor.py`: a step's encoder timed against its arithmetic."""
+"""`tools/encoder_floor.py`: a step's encoder timed against its arithmetic."""
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -9,7 +9,7 @@ from helpers import REPO, load_script
 
 
 def script():
-    return load_script(REPO / "scenarios" / "scripts" / "encoder_floor.py")
+    return load_script(REPO / "tools" / "encoder_floor.py")
 
 
 def test_the_convolution_flops_are_what_torch_counts_for_one_step():

@@ -1,6 +1,6 @@
 """Deterministic CUDA, checked without a GPU: the settings `choose_torch_device` makes when it
 picks CUDA (torch's calls replaced by recorders, so this process stays as it was), where a
-DeviceActor makes them, and the repeatability part of scenarios/scripts/gpu_check.py on the CPU."""
+DeviceActor makes them, and the repeatability part of tools/gpu_check.py on the CPU."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_device_actor_chooses_its_device_before_touching_cuda():
 
 def test_gpu_check_repeat_part_on_cpu(tmp_path, capsys):
     """gpu_check's repeatability part, on the CPU here: the same sha twice, and its sentence."""
-    gpu_check = load_script(REPO / "scenarios" / "scripts" / "gpu_check.py")
+    gpu_check = load_script(REPO / "tools" / "gpu_check.py")
     res = gpu_check.main(["--out", str(tmp_path), "--cpu-only", "--parts", "repeat",
                           "--repeat-rounds", "1"])
     rep = res["repeat"]

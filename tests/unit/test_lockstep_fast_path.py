@@ -1,5 +1,5 @@
 """Every lock-step configuration runs the fast path: each lock-step objective x local optimizer
-x proximal term x sensor mix (`scenarios/scripts/lockstep_fallbacks.py`'s tiny scenarios, two
+x proximal term x sensor mix (`tools/lockstep_fallbacks.py`'s tiny scenarios, two
 rounds) trains every selected device in lock-step, none falling back to the sequential path,
 through a closed form where one applies, and ends where the sequential path ends.
 
@@ -25,7 +25,7 @@ from raymm.sim.engine import run_round
 
 from helpers import REPO, load_script
 
-SCRIPT = load_script(REPO / "scenarios" / "scripts" / "lockstep_fallbacks.py")
+SCRIPT = load_script(REPO / "tools" / "lockstep_fallbacks.py")
 TOL = 1e-4
 
 CONFIGS = [(obj, opt, prox, mix, "mlp")

@@ -1,4 +1,4 @@
-"""scenarios/scripts/mmap_stress.py at a few MiB: every case runs in a child process, and the
+"""tools/mmap_stress.py at a few MiB: every case runs in a child process, and the
 table and the JSON say what was measured."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from helpers import REPO, load_script
 
 def test_the_stress_table_at_a_small_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
-    mod = load_script(REPO / "scenarios" / "scripts" / "mmap_stress.py", "mmap_stress")
+    mod = load_script(REPO / "tools" / "mmap_stress.py", "mmap_stress")
     monkeypatch.setenv("RAYMM_DATA", str(tmp_path / "data"))
     monkeypatch.setattr(mod, "BASE", ["dataset.n_train=2200", "dataset.n_test=64", "rounds=2",
                                       "dataset.sensors.a.dim=8", "dataset.sensors.b.dim=8"])

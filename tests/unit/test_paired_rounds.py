@@ -1,4 +1,4 @@
-"""`scenarios/scripts/paired_rounds.py`: two checkouts' rounds taken in turns."""
+"""`tools/paired_rounds.py`: two checkouts' rounds taken in turns."""
 
 import pytest
 import yaml
@@ -7,7 +7,7 @@ from helpers import REPO, load_script, tiny_scenario
 
 
 def script():
-    return load_script(REPO / "scenarios" / "scripts" / "paired_rounds.py")
+    return load_script(REPO / "tools" / "paired_rounds.py")
 
 
 def test_both_sides_run_every_round_in_turns(tmp_path):

@@ -1,4 +1,4 @@
-"""`scenarios/scripts/round_phases.py`: where a round's time goes, phase by phase."""
+"""`tools/round_phases.py`: where a round's time goes, phase by phase."""
 
 import yaml
 
@@ -6,7 +6,7 @@ from helpers import REPO, load_script, tiny_scenario
 
 
 def script():
-    return load_script(REPO / "scenarios" / "scripts" / "round_phases.py")
+    return load_script(REPO / "tools" / "round_phases.py")
 
 
 def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""Every scenario file in the repository (found recursively) validates and builds."""
+"""Every scenario file in the repository (found recursively: the user scenarios, the experiments'
+configurations and the tools' stress populations) validates and builds."""
 
 import pytest
 
@@ -9,7 +10,8 @@ from helpers import REPO
 from needs import full_data
 from tiny_releases import STANDIN, write_standin
 
-SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
+SCENARIOS = sorted(p for folder in ("scenarios", "experiments", "tools")
+                   for p in (REPO / folder).rglob("*.yaml"))
 NEEDS_DATA = {"har", "avdigits"}
 #: releases only their users hold (`raymm data prepare`): the scenario loads and builds on a
 #: stand-in file in the prepared layout at the release's real shapes, in place of the release

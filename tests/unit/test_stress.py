@@ -13,11 +13,13 @@ from helpers import REPO, load_script
 
 
 def stress_script():
-    return load_script(REPO / "scenarios" / "scripts" / "stress.py")
+    return load_script(REPO / "tools" / "stress.py")
 
 
 def started(path):
-    world = build_world(load_scenario(REPO / "scenarios" / "stress" / path))
+    """The stress population `path` (under tools/stress/, or a path from the repository)."""
+    found = REPO / "tools" / "stress" / path
+    world = build_world(load_scenario(found if found.is_file() else REPO / path))
     ex = SerialExecutor()
     ex.start(world)
     ex.plan(1, ex.poll(1))
@@ -60,16 +62,16 @@ def test_an_idle_device_costs_a_few_hundred_bytes():
 
 def test_tide_selection_adds_its_two_caches_per_device():
     """TIDE's score keeps each device's mean compute time and its sensor set's size."""
-    _, ex = started("devices_10k_tide.yaml")
+    _, ex = started("experiments/adaptive/devices_10k_tide.yaml")
     parts = stress_script().per_device_bytes(ex, 10_000)
     assert parts["observations"] == (128 + 8 + 8) * 10_000
 
 
 def test_the_million_device_scenario_validates(capsys):
-    assert main(["validate", str(REPO / "scenarios" / "stress" / "devices_1m.yaml")]) == 0
+    assert main(["validate", str(REPO / "tools" / "stress" / "devices_1m.yaml")]) == 0
     out = capsys.readouterr().out
     assert "valid scenario 'stress_1m'" in out and "1000000 devices" in out
-    sc = load_scenario(REPO / "scenarios" / "stress" / "devices_1m.yaml")
+    sc = load_scenario(REPO / "tools" / "stress" / "devices_1m.yaml")
     assert (sc.population.devices, sc.selection.k, sc.training.vectorise) == \
         (1_000_000, 10_000, True)
     assert sc.dataset_params()["n_train"] == 10 * sc.population.devices
