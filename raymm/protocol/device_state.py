@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class DeviceState:
         return self.adapter is None and self.buffers is None and \
             not (self.params or self.base or self.objective)
 
-    def to_record(self) -> Any:
+    def to_record(self) -> StateRecord:
         """The checkpoint/wire form: None, the adapter array, or one flat dict of arrays."""
         if not (self.params or self.base or self.objective) and self.buffers is None:
             return self.adapter
@@ -63,7 +63,7 @@ class DeviceState:
         return out
 
     @classmethod
-    def from_record(cls, record: Any) -> DeviceState:
+    def from_record(cls, record: object) -> DeviceState:
         """The inverse of `to_record`; a record of another shape is a TypeError."""
         if record is None:
             return EMPTY
@@ -84,3 +84,6 @@ class DeviceState:
 
 
 EMPTY = DeviceState()
+
+#: `DeviceState.to_record`'s form: None, the adapter array, or one flat dict of named arrays
+StateRecord: TypeAlias = np.ndarray | dict[str, np.ndarray] | None

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from raymm.protocol import combine
 from raymm.protocol.combine import Partials
+from raymm.protocol.device_state import StateRecord
 
 #: `HostResult.reports` entry answering `RoundPlan.report`: int32 [n, M], correct predictions
 #: on the device's own training samples with only sensor j present, -1 where not reported
@@ -147,7 +148,7 @@ class HostResult:
     errors: tuple[str, ...] = ()
     #: device-local state after this round of the devices that trained. Not traffic: the
     #: simulator's copy of each device's own storage, so a restarted actor gets it back.
-    states: dict[int, Any] = field(default_factory=dict)
+    states: dict[int, StateRecord] = field(default_factory=dict)
     partials: dict[str, Partials] = field(default_factory=dict)
     #: small per-device statistics the server asked for (`RoundPlan.report`): name -> [n, ...],
     #: negative entries meaning "not reported"; counted as uplink

@@ -27,7 +27,7 @@ class Registry(Generic[T]):
     """Name -> subclass of `base`. `kind` appears in error messages ("unknown selection policy
     ...")."""
 
-    def __init__(self, kind: str, base: type[Any]) -> None:  # an abstract seam: not type[T]
+    def __init__(self, kind: str, base: type[Policy]) -> None:  # an abstract seam: not type[T]
         self.kind = kind
         self.base = base
         self._classes: dict[str, type[T]] = {}
@@ -81,7 +81,8 @@ SCHEDULES: Registry[Schedule] = Registry("schedule", Schedule)
 OBJECTIVES: Registry[Objective] = Registry("objective", Objective)
 
 #: the scenario section each registry serves
-POLICY_SECTIONS: dict[str, Registry[Any]] = {
+POLICY_SECTIONS: dict[str, Registry[Selector] | Registry[Aggregator] | Registry[Schedule]
+                      | Registry[Objective]] = {
     "selection": SELECTORS, "aggregation": AGGREGATORS, "schedule": SCHEDULES,
     "objective": OBJECTIVES,
 }

@@ -118,7 +118,7 @@ class Policy:
         raised with `raymm.errors.refuse`. Default: nothing to read."""
         return None
 
-    def overrides(self, hook: Callable[..., Any]) -> bool:
+    def overrides(self, hook: Callable[..., object]) -> bool:
         """Whether this policy's class replaces the base class's default `hook` (given as e.g.
         `Objective.device_finish`): the core skips work whose only use is a hook left at its
         default (copying the start vectors for `device_finish`, say)."""
@@ -194,7 +194,7 @@ class Aggregator(ServerPolicy, ABC):
     takes_deltas: bool = False
     personal: bool = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         # `combinable` is a claim about the reduce: a class that writes its own `aggregate` or
         # `weights` makes the claim again, or it does not hold
