@@ -7,8 +7,6 @@ with `register_preset` (after these).
 
 from __future__ import annotations
 
-from typing import Any
-
 from raymm.config.schema import deep_merge
 from raymm.protocol.registry import METHODS, PRESETS
 
@@ -64,7 +62,7 @@ PRESETS.update({
 # ------------------------------------------------------------------ FedMChain and its baselines
 # All evaluate every device on its own 80/20 split (ACC, per tier, ACC_m, MIR) and sample 70% of
 # the eligible online devices per round, as the FedMChain paper does.
-_PER_DEVICE: dict[str, Any] = {
+_PER_DEVICE: dict[str, dict[str, object]] = {
     "selection": {"name": "fraction", "fraction": 0.7},
     "population": {"local_test_fraction": 0.2},
     "eval": {"scope": "devices"},

@@ -14,8 +14,6 @@ See docs/methods/async.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import Field
 
@@ -40,7 +38,7 @@ class FedAsync(AsyncAggregator):
         self.p = params or FedAsyncParams()
 
     @staticmethod
-    def check_scenario(params: Any, scenario: Scenario, sensors: tuple[str, ...] | None
+    def check_scenario(params: FedAsyncParams, scenario: Scenario, sensors: tuple[str, ...] | None
                        ) -> list[str]:
         return async_problems(scenario, params.concurrency, 1)
 

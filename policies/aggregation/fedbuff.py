@@ -16,7 +16,7 @@ FedAvg's; the conditions under which a whole run is FedAvg's are in docs/methods
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,7 +48,7 @@ class AsyncParams(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _own_defaults(cls, data: Any) -> Any:
+    def _own_defaults(cls, data: object) -> object:
         """Fill an unset a and b from the chosen function's own defaults: a hinge must not
         inherit the polynomial's a."""
         if not isinstance(data, dict):
@@ -106,7 +106,7 @@ class FedBuff(AsyncAggregator):
         self.p = params or FedBuffParams()
 
     @staticmethod
-    def check_scenario(params: Any, scenario: Scenario, sensors: tuple[str, ...] | None
+    def check_scenario(params: FedBuffParams, scenario: Scenario, sensors: tuple[str, ...] | None
                        ) -> list[str]:
         return async_problems(scenario, params.concurrency, params.buffer)
 

@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -90,7 +90,10 @@ ROW_BLOCK = 1 << 16
 SAMPLE = 1 << 16
 
 
-def _parallel(fn: Callable[[Any], object], items: Sequence[Any]) -> None:
+_Item = TypeVar("_Item")
+
+
+def _parallel(fn: Callable[[_Item], object], items: Sequence[_Item]) -> None:
     """fn(item) for every item, on up to THREADS threads."""
     if THREADS <= 1 or len(items) <= 1:
         for item in items:
@@ -101,7 +104,7 @@ def _parallel(fn: Callable[[Any], object], items: Sequence[Any]) -> None:
             pass
 
 
-def threshold_bracket(x: np.ndarray, r: int) -> tuple[Any, Any] | None:
+def threshold_bracket(x: np.ndarray, r: int) -> tuple[np.generic, np.generic] | None:
     """Magnitudes (lo, hi) that likely enclose the r-th smallest (0-based) |x| of a 1-d row:
     ranks about 6σ either side of r's place in a strided sample of ~SAMPLE points (so a few
     percent of the row lies between them). None for a row too short to sample."""
@@ -117,7 +120,7 @@ def threshold_bracket(x: np.ndarray, r: int) -> tuple[Any, Any] | None:
     return sample[lo_k], sample[hi_k]
 
 
-def kth_magnitude(x: np.ndarray, r: int) -> Any:
+def kth_magnitude(x: np.ndarray, r: int) -> np.generic:
     """The r-th smallest (0-based) |x| of a 1-d row, as a full partition of |x| finds it (NaN
     sorts last), as a rule without one: one blocked pass counts the magnitudes below the
     row's `threshold_bracket` and collects those inside it, and only those (a few percent of
@@ -141,10 +144,12 @@ def kth_magnitude(x: np.ndarray, r: int) -> Any:
         cands = np.concatenate(inside)
         if below <= r < below + cands.shape[0]:
             cands.partition(r - below)
-            return cands[r - below]
+            found: np.generic = cands[r - below]
+            return found
     full = np.abs(x)
     full.partition(r)
-    return full[r]
+    kth: np.generic = full[r]
+    return kth
 
 
 def _sparsify_row(x: np.ndarray, out: np.ndarray, keep: int) -> None:

@@ -21,8 +21,6 @@ argmin_c Σ_s ||r_s(x) - P_s[c]||² over the spaces present, classes without a p
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -108,7 +106,7 @@ class FedProtoObjective(Objective):
         self.p = params or FedProtoParams()
 
     @staticmethod
-    def model_needs(params: Any) -> frozenset[str]:
+    def model_needs(params: FedProtoParams) -> frozenset[str]:
         return frozenset({"sensor_groups"})
 
     @staticmethod

@@ -21,7 +21,6 @@ in lock-step. With `weight=None` (the sequential path) each term is what it was 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +70,7 @@ class MCFTStage(Objective):
         self.sensors: tuple[str, ...] = ()
 
     @staticmethod
-    def model_needs(params: Any) -> frozenset[str]:
+    def model_needs(params: MCFTParams) -> frozenset[str]:
         return frozenset({"sensor_groups", "sensor_heads"})
 
     @staticmethod

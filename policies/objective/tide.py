@@ -36,7 +36,7 @@ programs (`policies/objective/tide_closed_form.py`): a change to a term here goe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -157,7 +157,7 @@ class TideObjective(Objective):
         self.split_adapter = params.adapter and params.adapter_path == "personal"
 
     @staticmethod
-    def model_needs(params: Any) -> frozenset[str]:
+    def model_needs(params: TideObjectiveParams) -> frozenset[str]:
         p = params
         return frozenset({"sensor_groups"} | ({"sensor_heads"} if p.lambda_h > 0 else set())
                          | ({"fused"} if p.lambda_p > 0 else set())

@@ -146,7 +146,7 @@ class ModalityChain(Schedule):
         self._round = 0
 
     @staticmethod
-    def model_needs(params: Any) -> frozenset[str]:
+    def model_needs(params: ChainParams) -> frozenset[str]:
         return frozenset({"sensor_groups", "logit_fusion"})
 
     @staticmethod

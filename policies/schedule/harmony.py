@@ -19,8 +19,6 @@ does for staged baselines. See docs/methods/harmony.md for what the paper leaves
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,7 +64,7 @@ class HarmonySchedule(Schedule):
         self._sensors: tuple[str, ...] = ()
 
     @staticmethod
-    def model_needs(params: Any) -> frozenset[str]:
+    def model_needs(params: HarmonyParams) -> frozenset[str]:
         return frozenset({"sensor_groups"})
 
     @staticmethod

@@ -120,7 +120,7 @@ class AdaptiveOrder:
         self.last_seen = np.zeros(m, np.int64)    # training rounds the latest report reflects
         self.scores = np.full((len(spans), m), np.nan)  # the scores behind each decision
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         # a Ray actor unpickles numpy arrays as read-only views of the object store; this
         # state is updated in place
         self.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v

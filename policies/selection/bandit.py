@@ -32,7 +32,7 @@ class DiscountedUCB:
         self.played = np.zeros(arms, bool)
         self.scale = 0.0
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         # a Ray actor unpickles numpy arrays as read-only views of the object store; this
         # state is updated in place
         self.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v
