@@ -2,7 +2,7 @@
 
 Thin shells only: every decision is a call into `raymm` (the core) or `policies`.
 
-May import: base, io, config, data, models, population, protocol, device, server, sim.
+May import: base, io, config, data, models, population, protocol, training, device, server, sim.
 """
 
 import time

@@ -3,7 +3,7 @@
 An actor that Ray gave a GPU (or a fraction of one: `execution.actor.num_gpus: 0.1` packs ten
 actors per GPU) trains on it; Ray sets CUDA_VISIBLE_DEVICES, so the GPU is `cuda` here. Torch
 is put in deterministic CUDA mode in `setup`, before the host touches the GPU
-(`raymm.device.torch_device.deterministic_cuda`).
+(`raymm.training.accelerator.deterministic_cuda`).
 
 An actor is created before the driver has loaded the data (its process start and imports --
 torch, raymm -- overlap the driver's work) and gets the shared objects in `setup`, which builds
@@ -33,10 +33,10 @@ from raymm.data.base import Dataset
 from raymm.data.mapped import received
 from raymm.device.host import DeviceHost, HostSpec
 from raymm.device.lockstep_host import make_host
-from raymm.device.torch_device import choose_torch_device
 from raymm.device.warmup import warm_up, warm_up_transforms
 from raymm.population.devices import Population
 from raymm.protocol.messages import Broadcast, DeviceEval, HostResult, OnlineReport, RoundPlan
+from raymm.training.accelerator import choose_accelerator
 
 
 class NoHostYet(RuntimeError):
@@ -52,7 +52,7 @@ class DeviceActor:
         self.device_ids = device_ids
         self._host: DeviceHost | None = None
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-        self.device = "cpu"
+        self.accelerator = "cpu"
         self.restored = not ray.get_runtime_context().was_current_actor_reconstructed
         warm_up_transforms()  # needs no data: done while the driver still loads it
         # wall-clock marks (time.time(), comparable with the driver's on one machine)
@@ -74,11 +74,11 @@ class DeviceActor:
         # nothing here has touched CUDA yet: on a GPU, choosing it also switches torch to
         # deterministic CUDA (cuBLAS workspace, deterministic kernels, no cuDNN benchmarking)
         # before the host puts its model there
-        self.device, why = choose_torch_device(spec.device, torch.cuda.is_available(),
+        self.accelerator, why = choose_accelerator(spec.accelerator, torch.cuda.is_available(),
                                                self.gpu_ids)
         if why:
             logging.getLogger("raymm.actors").warning(why)
-        host = make_host(self.device_ids, pop, data, spec, self.device)
+        host = make_host(self.device_ids, pop, data, spec, self.accelerator)
         built = time.time()
         warm_up(host)
         self._host = host
@@ -152,5 +152,5 @@ class DeviceActor:
         ctx = ray.get_runtime_context()
         ids = np.asarray(self.device_ids)  # answered before `setup` too (a restarted actor)
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid(), "gpu_ids": self.gpu_ids, "torch_device": self.device,
+                "pid": os.getpid(), "gpu_ids": self.gpu_ids, "torch_device": self.accelerator,
                 "devices": int(ids.shape[0]), "first_device": int(ids.min()) if ids.size else -1}

@@ -53,12 +53,12 @@ from actors.server_actor import ServerActor
 from raymm.config.schema import ExecutionSpec, Scenario
 from raymm.data.mapped import for_workers
 from raymm.device.footprint import footprint
-from raymm.device.lockstep import LockstepFallback, why_not_vectorised
 from raymm.errors import RaymmError
 from raymm.models.build import build_model
 from raymm.population.faults import host_kills
 from raymm.protocol.record import RoundRecord
 from raymm.sim.engine import Trained, World, plans_ahead
+from raymm.training.lockstep.fallback import LockstepFallback, why_not_vectorised
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
@@ -107,7 +107,7 @@ def warn_if_not_vectorised(world: World) -> None:
         why = why_not_vectorised(world.host_spec.objective,
                                  build_model(world.dataset, sc.model, sc.seed))
         if why:
-            logging.getLogger("raymm.device.lockstep").warning("training sequentially: %s", why)
+            logging.getLogger("raymm.training.lockstep").warning("training sequentially: %s", why)
 
 
 class RayExecutor:
@@ -210,7 +210,8 @@ class RayExecutor:
     def _died(self, i: int, t: int, exc: BaseException) -> None:
         """Actor i died in round t: one line and the run stops when Ray says it was for
         memory (restarting it would only repeat that); otherwise it is revived. A lock-step
-        fallback raised under strict mode (`raymm.device.lockstep.strict`) is no death: it
+        fallback raised under strict mode (`raymm.training.lockstep.fallback.strict`) is no death:
+        it
         stops the run."""
         cause = getattr(exc, "cause", None)
         if isinstance(cause, LockstepFallback):

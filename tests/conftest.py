@@ -14,7 +14,8 @@ from needs import full_data
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: `raymm.device.lockstep.STRICT_VAR` (not imported: that would load torch for every test).
+#: `raymm.training.lockstep.fallback.STRICT_VAR` (not imported: that would load torch for every
+#: test).
 #: Set before any Ray starts, so the Ray workers a test starts inherit it: a lock-step program
 #: that falls back raises wherever it runs, and a run stops on a round that counts one
 STRICT_LOCKSTEP = "RAYMM_STRICT_LOCKSTEP"

@@ -31,10 +31,10 @@ from torch import Tensor
 from torch.func import vmap
 from torch.profiler import ProfilerActivity, profile
 
-from raymm.device.lockstep_conv import blocked_convolutions
-from raymm.device.module_call import ModuleCall
 from raymm.models.encoders import make_encoder
 from raymm.sim.allocator import keep_freed_memory
+from raymm.training._kernels.lockstep_conv import blocked_convolutions
+from raymm.training._kernels.module_call import ModuleCall
 
 SHAPE, EMBED, HIDDEN = (128, 3), 32, 64
 

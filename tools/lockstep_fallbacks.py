@@ -106,7 +106,7 @@ def count(sc: dict[str, Any]) -> tuple[int, set[str]]:
     from raymm.app.build import load_scenario
 
     handler = Count()
-    log = logging.getLogger("raymm.device.lockstep")
+    log = logging.getLogger("raymm.training.lockstep")
     log.addHandler(handler)
     try:
         with tempfile.TemporaryDirectory() as out:
@@ -124,7 +124,7 @@ def main() -> int:
                        help=f"comma-separated, of {','.join(choices)}")
     args = p.parse_args()
     os.environ["RAYMM_STRICT_LOCKSTEP"] = "0"
-    logging.getLogger("raymm.device.lockstep").propagate = False   # counted, not printed
+    logging.getLogger("raymm.training.lockstep").propagate = False   # counted, not printed
     pick = {k: getattr(args, k).split(",") for k in ("objectives", "optimizers", "mixes",
                                                        "encoders")}
     total = 0

@@ -86,7 +86,8 @@ def run_all(names: list[str]) -> dict[str, object]:
 
     out: dict[str, object] = {}
     have_data = bool(os.environ.get("RAYMM_DATA"))
-    # before any Ray starts, so that its workers inherit it (`raymm.device.lockstep.strict`)
+    # before any Ray starts, so that its workers inherit it
+    # (`raymm.training.lockstep.fallback.strict`)
     os.environ.setdefault("RAYMM_STRICT_LOCKSTEP", "1")
     for name in names:
         scenario, overrides, needs_data = RUNS[name]

@@ -21,7 +21,7 @@ import torch
 def step_products(k: int, d: int, h: int, c: int, b: int) -> list[tuple[tuple[int, ...], ...]]:
     """The ([G, m, n], [G, n, p]) operand shapes of one lock-step minibatch step, each
     weight gradient in the weight's own [out, in] orientation, as the closed-form step takes
-    it (`raymm.device.closed_form`), the faster orientation for a layer of few outputs
+    it (`raymm.training.lockstep.closed_form`), the faster orientation for a layer of few outputs
     (docs/performance.md, "Smaller mechanisms")."""
     return [((k, b, d), (k, d, h)),   # layer 1 forward
             ((k, b, h), (k, h, c)),   # layer 2 forward

@@ -18,7 +18,6 @@ from raymm.app.validate import check_scenario
 from raymm.config.schema import Scenario, apply_overrides, read_yaml
 from raymm.data import load_dataset
 from raymm.device.host import HostSpec
-from raymm.device.lockstep import why_not_vectorised
 from raymm.errors import ScenarioError
 from raymm.models.build import build_model
 from raymm.models.size import model_problem
@@ -39,6 +38,7 @@ from raymm.server.server import Policies
 from raymm.sim.async_loop import AsyncExecutor
 from raymm.sim.engine import Executor, World
 from raymm.sim.serial import SerialExecutor
+from raymm.training.lockstep.fallback import why_not_vectorised
 
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
@@ -89,7 +89,7 @@ def build_world(sc: Scenario) -> World:
                          # a round that may drop devices (deadline, seconds clock) needs rows
                          combine=combinable and sc.faults.deadline_seconds is None
                          and sc.clock.mode == "rounds",
-                         device=sc.execution.device, privacy=sc.privacy)
+                         accelerator=sc.execution.device, privacy=sc.privacy)
     return World(sc, dataset, population, pol, host_spec)
 
 

@@ -241,7 +241,7 @@ class TrainingSpec(Strict):
     #: torch intra-op threads per training process; with one thread a CPU run gives the same
     #: numbers on every executor and packing (README: "Same seed, same numbers").
     threads: int = Field(default=1, ge=1)
-    #: train a host's selected devices in lock-step with torch.func (raymm.device.lockstep), the
+    #: train a host's selected devices in lock-step with torch.func (raymm.training.lockstep), the
     #: fast path; false trains them one after another (the reference path: the same numbers to
     #: float32 rounding). Where lock-step does not apply (an objective that does not opt in, a
     #: model with buffers) the run says so once and trains sequentially

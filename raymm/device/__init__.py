@@ -1,7 +1,8 @@
-"""A host of simulated devices (`host.DeviceHost`, what a DeviceActor wraps) and its training:
-one device at a time (`sequential`, the reference) or many in lock-step under `torch.func`
-(`lockstep`, `lockstep_host`), both through the one local update (`local_update`); per-device
-evaluation on hosts, and which torch device a host trains on.
+"""What a simulated device is and does: a host of many devices in one process (`host.DeviceHost`,
+what a DeviceActor wraps: availability, faults, what devices keep and send), the host whose
+selected devices train in lock-step (`lockstep_host`), per-device evaluation (`evaluation`),
+warming a host up (`warmup`) and its memory estimate (`footprint`). How a device trains is
+`raymm.training`.
 
-May import: base, io, config, data, models, population, protocol.
+May import: base, io, config, data, models, population, protocol, training.
 """

@@ -19,7 +19,6 @@ import torch
 from raymm.config.schema import FaultSpec, ModelSpec, PrivacySpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.device.evaluation import ExtraPredictor, evaluate_device, unimodal_correct
-from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.models.layout import BUFFERS
 from raymm.models.masked import evaluating
@@ -38,6 +37,7 @@ from raymm.protocol.messages import (
 )
 from raymm.protocol.seams import Objective
 from raymm.protocol.traffic import compute_seconds, device_groups, forward_seconds
+from raymm.training.sequential import DeviceOutcome, SequentialTrainer
 
 
 @dataclass(frozen=True)
@@ -53,15 +53,16 @@ class HostSpec:
     #: send whole id blocks pre-summed (`raymm.protocol.combine`): the aggregator needs only
     #: weighted sums and no deadline may drop devices after the fact
     combine: bool = False
-    #: `execution.device`: where this host's devices train (raymm.device.torch_device)
-    device: str = "auto"
+    #: `execution.device`: the accelerator this host's devices train on
+    #: (`raymm.training.accelerator`)
+    accelerator: str = "auto"
     #: `privacy`: each device clips (and in local mode noises) its update before it leaves
     privacy: PrivacySpec = PrivacySpec()
 
 
 def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
     """`np.stack(rows)`, or without a copy the rows themselves when they lie one after another
-    in one buffer, in order, as lock-step training hands them out (`raymm.device.lockstep`): the
+    in one buffer, in order, as lock-step training hands them out (`raymm.training.lockstep`): the
     copy is a few percent of a lock-step round at hundreds of devices."""
     first = rows[0] if rows else None
     if first is None or first.base is None or not first.flags.c_contiguous or \
@@ -78,7 +79,7 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
 
 class DeviceHost:
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
-                 spec: HostSpec, device: str = "cpu") -> None:
+                 spec: HostSpec, accelerator: str = "cpu") -> None:
         torch.set_num_threads(spec.training.threads)
         self.ids = np.sort(np.asarray(device_ids, dtype=np.int64))
         # executors give hosts contiguous id ranges: then "mine" is one binary search
@@ -87,7 +88,7 @@ class DeviceHost:
         self.pop = population
         self.spec = spec
         self.trainer = SequentialTrainer(dataset, spec.model, spec.training, spec.objective,
-                                         spec.seed, device)
+                                         spec.seed, accelerator)
         # what each device keeps between rounds (adapter, exchange vectors, objective state);
         # a device that keeps nothing has no entry
         self.states: dict[int, DeviceState] = {}

@@ -1,5 +1,5 @@
 """Which host an executor builds: the sequential `DeviceHost`, or `LockstepHost`, whose
-selected devices train in lock-step (`raymm.device.lockstep`) and whose bookkeeping -- failures,
+selected devices train in lock-step (`raymm.training.lockstep`) and whose bookkeeping -- failures,
 device state, uploads, stacking -- stays `DeviceHost`'s own.
 """
 
@@ -12,30 +12,31 @@ import numpy as np
 
 from raymm.data.base import Dataset
 from raymm.device.host import DeviceHost, HostSpec
-from raymm.device.lockstep import ChunkRun, LockstepTrainer, Request, why_not_vectorised
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
 from raymm.protocol import exchange
 from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.messages import Broadcast, HostResult, RoundPlan
 from raymm.protocol.seams import Objective
+from raymm.training.lockstep.fallback import why_not_vectorised
+from raymm.training.lockstep.trainer import ChunkRun, LockstepTrainer, Request
 
-log = logging.getLogger("raymm.device.lockstep")
+log = logging.getLogger("raymm.training.lockstep")
 
 
 def make_host(device_ids: np.ndarray, population: Population, dataset: Dataset,
-              spec: HostSpec, device: str = "cpu") -> DeviceHost:
+              spec: HostSpec, accelerator: str = "cpu") -> DeviceHost:
     """The host an executor should build: lock-step when the scenario asks for it."""
     cls = LockstepHost if spec.training.vectorise else DeviceHost
-    return cls(device_ids, population, dataset, spec, device)
+    return cls(device_ids, population, dataset, spec, accelerator)
 
 
 class LockstepHost(DeviceHost):
     """A `DeviceHost` whose selected devices train in lock-step (see the module docstring)."""
 
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
-                 spec: HostSpec, device: str = "cpu") -> None:
-        super().__init__(device_ids, population, dataset, spec, device)
+                 spec: HostSpec, accelerator: str = "cpu") -> None:
+        super().__init__(device_ids, population, dataset, spec, accelerator)
         self.reason = why_not_vectorised(spec.objective, self.trainer.model)
         #: the lock-step trainer beside the sequential one (None: this host trains
         #: sequentially, for `reason`)

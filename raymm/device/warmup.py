@@ -9,7 +9,8 @@ still preparing round 1, so round 1's wall time is a steady round's.
 Results never change: the pass runs on zero inputs through `functional_call` with copies of the
 parameters (the module's own weights, gradients and the host's device state are untouched), and
 the global torch random state is restored afterwards (a model with dropout draws from it).
-Both run what the lock-step path runs (`raymm.device.local_update`: the loss under `vmap`, then one
+Both run what the lock-step path runs (`raymm.training.local_update`: the loss under `vmap`, then
+one
 `torch.autograd.grad` of the devices' summed losses). `warm_up_transforms` is the part that
 needs no host: an actor runs it in its constructor, while the driver loads the data.
 """
@@ -44,7 +45,7 @@ def warm_up(host: DeviceHost) -> None:
     that never trains in lock-step (buffers such as batch norm's, which a forward pass in
     training mode would also change)."""
     trainer = host.trainer
-    model, dataset, device = trainer.model, trainer.dataset, trainer.device
+    model, dataset, device = trainer.model, trainer.dataset, trainer.accelerator
     if any(True for _ in model.buffers()):
         return
     sensors = dataset.sensors

@@ -2,5 +2,5 @@
 (`progress`), checkpoints, the run directory and its pictures (`rundir`, `pictures`), early
 stopping and Acc@B so far (`tracking`) and what the run reports at its end (`summary`).
 
-May import: base, io, config, data, models, population, protocol, device, server, sim.
+May import: base, io, config, data, models, population, protocol, training, device, server, sim.
 """

@@ -54,7 +54,8 @@ class RaymmNet(nn.Module, metaclass=ABCMeta):
     adapter: nn.Module | None
     #: `forward` takes `embeddings` (sensor -> [B, E]) computed elsewhere in place of running
     #: `encoders[m]` (an `nn.ModuleDict` per sensor) on those sensors: lock-step training then
-    #: runs a sensor's encoder only for the devices that hold it (`raymm.device.lockstep_encoders`)
+    #: runs a sensor's encoder only for the devices that hold it
+    #: (`raymm.training.lockstep.encoders`)
     takes_embeddings: bool = False
 
     @abstractmethod

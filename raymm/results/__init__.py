@@ -2,5 +2,6 @@
 curves against traffic (`compare`), and runs as pandas tables for notebooks (`runs`,
 `raymm.load_runs`).
 
-May import: base, io, config, data, models, population, protocol, device, server, sim, driver.
+May import: base, io, config, data, models, population, protocol, training, device, server, sim,
+driver.
 """

@@ -2,5 +2,5 @@
 (`serial`: the reference semantics and the debugger's backend). The Ray executor is
 `actors.ray_executor`.
 
-May import: base, io, config, data, models, population, protocol, device, server.
+May import: base, io, config, data, models, population, protocol, training, device, server.
 """

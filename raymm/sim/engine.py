@@ -15,11 +15,11 @@ import numpy as np
 
 from raymm.config.schema import Scenario
 from raymm.data.base import Dataset
-from raymm.device import lockstep
 from raymm.device.host import HostSpec
 from raymm.population.devices import Population
 from raymm.protocol.record import RoundRecord
 from raymm.server.server import Policies
+from raymm.training.lockstep.fallback import fallback_error, strict
 
 #: prefix of the per-device metrics when a run reports them next to the pooled ones
 PERSONAL = "personal_"
@@ -124,14 +124,14 @@ def plans_ahead(t: int, sc: Scenario) -> bool:
 def run_round(ex: Executor, t: int, sc: Scenario) -> RoundRecord:
     """One round: poll → plan (selection + schedule) → train → aggregate (+ evaluate). Under
     `RAYMM_STRICT_LOCKSTEP=1` a round whose devices fell back from lock-step training raises
-    (`raymm.device.lockstep.strict`), wherever they trained."""
+    (`raymm.training.lockstep.fallback.strict`), wherever they trained."""
     wall0 = time.perf_counter()
     reports = ex.poll(t)
     planned = ex.plan(t, reports)
     results = ex.train(t, planned)
     record: RoundRecord = ex.get(ex.aggregate(t, planned, results))
-    if record.lockstep_fallbacks and lockstep.strict():
-        raise lockstep.fallback_error(f"round {t}", record.lockstep_fallbacks)
+    if record.lockstep_fallbacks and strict():
+        raise fallback_error(f"round {t}", record.lockstep_fallbacks)
     if is_eval_round(t, sc) or eval_due(record.row, sc):
         record.merge(evaluate(ex, t, sc.eval.scope))
     record.row["wall_seconds"] = time.perf_counter() - wall0

@@ -13,13 +13,13 @@ import torch
 
 from raymm.config.schema import Scenario
 from raymm.device.lockstep_host import make_host
-from raymm.device.torch_device import choose_torch_device
 from raymm.population.faults import host_kills
 from raymm.protocol.messages import Broadcast, HostResult, OnlineReport, RoundPlan
 from raymm.protocol.record import RoundRecord
 from raymm.server.server import Server
 from raymm.sim.allocator import keep_freed_memory
 from raymm.sim.engine import Trained, World
+from raymm.training.accelerator import choose_accelerator
 
 
 def pack_devices(n_devices: int, per_host: int) -> list[np.ndarray]:
@@ -42,8 +42,8 @@ class SerialExecutor:
         per = self.devices_per_host or n
         self.faults, self.fault_seed = world.host_spec.faults, world.host_spec.fault_seed
         self.server = Server(world.scenario, world.dataset, world.population, world.policies)
-        device, _ = choose_torch_device(world.host_spec.device, torch.cuda.is_available())
-        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec, device)
+        accelerator, _ = choose_accelerator(world.host_spec.accelerator, torch.cuda.is_available())
+        self.hosts = [make_host(ids, world.population, world.dataset, world.host_spec, accelerator)
                       for ids in pack_devices(n, per)]
 
     def ready(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from raymm.app import plugins
 from raymm.app.api import run
-from raymm.device.lockstep import STRICT_VAR, LockstepFallback
+from raymm.training.lockstep.fallback import STRICT_VAR, LockstepFallback
 
 from helpers import tiny_scenario
 

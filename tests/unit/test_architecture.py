@@ -214,6 +214,18 @@ def test_function_level_imports_say_why_they_are_deferred():
     assert not silent, "function-level imports without a reason:\n" + "\n".join(silent)
 
 
+def test_the_reference_local_update_imports_no_fast_path():
+    """The local update both paths run imports nothing of the training engine (the lock-step
+    path injects what it steps differently), and only `raymm.training` reaches its private
+    kernels, the one place a torch upgrade checks."""
+    local = {t for t, _, _ in imports(MODULES["raymm.training.local_update"],
+                                      "raymm.training.local_update")}
+    assert not {t for t in local if inside(t, "raymm.training")}, local
+    reach = [f"{m} imports {t}" for m, p in MODULES.items() if not inside(m, "raymm.training")
+             for t, _, _ in imports(p, m) if inside(t, "raymm.training._kernels")]
+    assert not reach, "\n".join(reach)
+
+
 def test_the_checks_see_imports():
     """The walker finds what is there (so the tests above cannot pass by seeing nothing)."""
     ray_imports = imports(MODULES["actors.ray_executor"], "actors.ray_executor")

@@ -107,8 +107,8 @@ def test_the_floor_counts_the_products_a_lockstep_step_makes():
         total = vmap(loss)(w1, b1, w2, b2, x, y).sum()
         torch.autograd.grad(total, [w1, b1, w2, b2])
     assert count.get_total_flops() == bench_floor.round_flops(k, d, h, c, b, b, 1)
-    # the same products in the step written out (`raymm.device.closed_form`, the default)
-    from raymm.device.closed_form import Dense, _chain_step
+    # the same products in the step written out (`raymm.training.lockstep.closed_form`, the default)
+    from raymm.training.lockstep.closed_form import Dense, _chain_step
     layers = [Dense("w1", "b1", True), Dense("w2", "b2", False)]
     params = {"w1": w1.detach(), "b1": b1.detach(), "w2": w2.detach(), "b2": b2.detach()}
     with FlopCounterMode(display=False) as count:

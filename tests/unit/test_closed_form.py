@@ -1,4 +1,5 @@
-"""The lock-step gradient written out by hand (`raymm.device.closed_form`): which models and
+"""The lock-step gradient written out by hand (`raymm.training.lockstep.closed_form`): which models
+and
 losses it takes, and that it gives autograd's numbers, the sequential path's, and the same bits
 in every packing."""
 
@@ -8,15 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import raymm.device.closed_form as closed_form
+import raymm.training.lockstep.closed_form as closed_form
 from policies.objective.ce import CEParams, CrossEntropy
 from policies.objective.tide import TideObjective, TideObjectiveParams
 from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.config.schema import ModelSpec, TrainingSpec
-from raymm.device.closed_form import closed_form_grads, linear_chain
-from raymm.device.local_update import Batch, LocalUpdate
-from raymm.device.module_call import ModuleCall
 from raymm.models.network import MultimodalNet
 from raymm.protocol.fast_paths import (
     CLOSED_FORMS,
@@ -24,6 +22,10 @@ from raymm.protocol.fast_paths import (
     closed_form_for,
     register_closed_form,
 )
+from raymm.training._kernels.module_call import ModuleCall
+from raymm.training.local_update import Batch, LocalUpdate
+from raymm.training.lockstep.closed_form import closed_form_grads, linear_chain
+from raymm.training.lockstep.gradients import many_devices
 
 from helpers import tiny_scenario
 from needs import needs_batch_invariant_matmul
@@ -111,9 +113,8 @@ def test_the_closed_form_gives_autograds_loss_and_gradients(encoder, mu):
     batch = Batch({"a": torch.randn(k, b, 8, generator=gen)},
                   torch.randint(4, (k, b), generator=gen), torch.ones(k, b, 1), weight)
     update = LocalUpdate(ModuleCall(model), objective, TrainingSpec(), use_adapter=False,
-                         held=("a",), extras={}, round=1, groups=("sensor:a", "shared"),
-                         stacked=True)
-    ref_loss, ref = update.many_devices(anchor, {}, {}, {})(params, batch)
+                         held=("a",), extras={}, round=1, groups=("sensor:a", "shared"))
+    ref_loss, ref = many_devices(update, update.call, anchor, {}, {}, {})(params, batch)
     hand = closed_form_grads(model, objective, params, anchor,
                              proximal=objective.proximal(list(params)), plain=True)
     assert hand is not None

@@ -3,7 +3,7 @@
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from raymm.device.lockstep_conv import blocked_convolutions
+from raymm.training._kernels.lockstep_conv import blocked_convolutions
 
 from helpers import REPO, load_script
 

@@ -1,4 +1,4 @@
-"""Deterministic CUDA, checked without a GPU: the settings `choose_torch_device` makes when it
+"""Deterministic CUDA, checked without a GPU: the settings `choose_accelerator` makes when it
 picks CUDA (torch's calls replaced by recorders, so this process stays as it was), where a
 DeviceActor makes them, and the repeatability part of tools/gpu_check.py on the CPU."""
 
@@ -10,10 +10,10 @@ import logging
 import pytest
 import torch
 
-from raymm.device import torch_device
-from raymm.device.torch_device import (
+from raymm.training import accelerator
+from raymm.training.accelerator import (
     CUBLAS_WORKSPACE_CONFIG,
-    choose_torch_device,
+    choose_accelerator,
     deterministic_cuda,
 )
 
@@ -43,7 +43,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_choosing_cuda_switches_on_deterministic_mode(fake_cuda, monkeypatch):
-    assert choose_torch_device("auto", True) == ("cuda", None)
+    assert choose_accelerator("auto", True) == ("cuda", None)
     assert fake_cuda == [(True, True)]
     import os
 
@@ -51,16 +51,16 @@ def test_choosing_cuda_switches_on_deterministic_mode(fake_cuda, monkeypatch):
     assert torch.backends.cudnn.benchmark is False
     assert torch.backends.cudnn.deterministic is True
     # a DeviceActor with a GPU from Ray, and `cuda` asked for: the same settings
-    assert choose_torch_device("cuda", True, ["0"]) == ("cuda", None)
+    assert choose_accelerator("cuda", True, ["0"]) == ("cuda", None)
     assert fake_cuda == [(True, True)] * 2
 
 
 def test_cpu_choices_change_nothing(fake_cuda, monkeypatch):
     import os
 
-    assert choose_torch_device("cpu", True) == ("cpu", None)
-    assert choose_torch_device("auto", True, []) == ("cpu", None)     # an actor without a GPU
-    assert choose_torch_device("auto", False, ["0"])[0] == "cpu"      # Ray's GPU, torch sees none
+    assert choose_accelerator("cpu", True) == ("cpu", None)
+    assert choose_accelerator("auto", True, []) == ("cpu", None)     # an actor without a GPU
+    assert choose_accelerator("auto", False, ["0"])[0] == "cpu"      # Ray's GPU, torch sees none
     assert fake_cuda == [] and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
     assert torch.backends.cudnn.benchmark is True
 
@@ -72,7 +72,7 @@ def test_without_cuda_in_torch_nothing_is_set(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch, "use_deterministic_algorithms",
                         lambda *a, **k: calls.append(a))
-    assert choose_torch_device("auto", True) == ("cuda", None)
+    assert choose_accelerator("auto", True) == ("cuda", None)
     assert calls == []
 
 
@@ -89,7 +89,7 @@ def test_workspace_setting_kept_or_replaced(fake_cuda, monkeypatch, caplog):
     # CUDA already in use before raymm could set the workspace: said, not hidden
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    with caplog.at_level(logging.WARNING, logger=torch_device.log.name):
+    with caplog.at_level(logging.WARNING, logger=accelerator.log.name):
         deterministic_cuda()
     assert "CUDA was in use before raymm set CUBLAS_WORKSPACE_CONFIG" in caplog.text
 
@@ -108,8 +108,8 @@ def test_device_actor_chooses_its_device_before_touching_cuda():
         return min(lines)
 
     setup = methods["setup"]
-    assert first_call(setup, "choose_torch_device") < first_call(setup, "make_host")
-    assert first_call(setup, "choose_torch_device") < first_call(setup, "warm_up")
+    assert first_call(setup, "choose_accelerator") < first_call(setup, "make_host")
+    assert first_call(setup, "choose_accelerator") < first_call(setup, "warm_up")
     assert "cuda" not in ast.unparse(methods["__init__"])
 
 

@@ -1,12 +1,13 @@
-"""The one local optimizer (`raymm.device.local_update.FunctionalOptimizer`) is torch.optim.SGD and
+"""The one local optimizer (`raymm.training.local_update.FunctionalOptimizer`) is torch.optim.SGD
+and
 Adam bit for bit, run on one device's tensors, and the same update per device on stacks."""
 
 import pytest
 import torch
 
 from raymm.config.schema import TrainingSpec
-from raymm.device.local_update import FunctionalOptimizer, OptimizerState
-from raymm.device.stacked_adam import StackedAdam
+from raymm.training._kernels.stacked_adam import StackedAdam
+from raymm.training.local_update import FunctionalOptimizer, OptimizerState
 
 
 def _spec(optimizer: str, momentum: float = 0.0, weight_decay: float = 0.0,

@@ -1,6 +1,7 @@
 """The sequential path is the project's reference: every published run trained on it, so its
 numbers must not move. `frozen_train` below is `SequentialTrainer.train` as it was before the local
-update was written once (`raymm.device.local_update`), with its in-place copies of torch.optim's SGD
+update was written once (`raymm.training.local_update`), with its in-place copies of torch.optim's
+SGD
 and Adam, kept here unchanged; whole runs of several methods must end bit-identical with it."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import torch
 
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, LossInputs, Objective
+from raymm.training.sequential import DeviceOutcome, SequentialTrainer
 
 from helpers import tiny_scenario
 
@@ -101,7 +102,7 @@ def frozen_train(self: SequentialTrainer, device: int, rnd: int, indices: np.nda
     t = self.training
     opt = (FrozenAdam(list(trainable.values()), t.lr, t.weight_decay) if t.optimizer == "adam"
            else FrozenSGD(list(trainable.values()), t.lr, t.momentum, t.weight_decay))
-    extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
+    extras = {k: torch.from_numpy(v).to(self.accelerator) for k, v in broadcast.extras.items()}
     state = state or {}
     dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
     finishes = objective.overrides(Objective.device_finish)
@@ -112,7 +113,7 @@ def frozen_train(self: SequentialTrainer, device: int, rnd: int, indices: np.nda
     gen = self._generator(rnd, device, "batches")
     idx = torch.from_numpy(indices.astype(np.int64))
     xs, y = self.inputs(idx, held), self.train_y[idx]
-    held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
+    held_t = torch.from_numpy(held.astype(np.float32)).to(self.accelerator)
     held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
     n, bs = idx.shape[0], self.training.batch_size
     losses = []

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 import policies.objective.tide_closed_form as tide_closed_form
-import raymm.device.closed_form as closed_form
+import raymm.training.lockstep.closed_form as closed_form
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.device import lockstep
-from raymm.device.lockstep import LockstepFallback, LockstepTrainer
 from raymm.protocol.record import RoundRecord
 from raymm.sim.engine import run_round
+from raymm.training.lockstep import fallback
+from raymm.training.lockstep.fallback import LockstepFallback
+from raymm.training.lockstep.trainer import LockstepTrainer
 
 from helpers import REPO, load_script
 
@@ -39,7 +40,7 @@ CONFIGS += [("tide", opt, True, mix, "cnn1d") for opt in SCRIPT.OPTIMIZERS
 
 def closed_form_expected(objective: str, mix: str) -> bool:
     """TIDE's loss after the encoders always; the bench's chain of `Linear` layers under
-    plain cross-entropy where the model has one sensor (`raymm.device.closed_form`)."""
+    plain cross-entropy where the model has one sensor (`raymm.training.lockstep.closed_form`)."""
     return objective == "tide" or (objective == "ce" and mix == "single")
 
 
@@ -105,5 +106,5 @@ def test_a_round_that_counts_fallbacks_stops_a_strict_run(monkeypatch):
     sc = load_scenario(SCRIPT.scenario("ce", "sgd", False, "full", "mlp"))
     with pytest.raises(LockstepFallback, match=r"round 2: .*3 device\(s\): RuntimeError: vmap"):
         run_round(_Rounds(), 2, sc)
-    monkeypatch.setenv(lockstep.STRICT_VAR, "0")
+    monkeypatch.setenv(fallback.STRICT_VAR, "0")
     assert run_round(_Rounds(), 2, sc).row["lockstep_fallbacks"] == 3

@@ -8,9 +8,9 @@ import torch
 
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.device.torch_device import DeviceUnavailable, choose_torch_device
 from raymm.errors import ScenarioError
 from raymm.models.encoders import make_encoder
+from raymm.training.accelerator import DeviceUnavailable, choose_accelerator
 
 from helpers import host_round, tiny_scenario
 
@@ -54,18 +54,18 @@ def test_resnet18_trains_in_lock_step_as_sequentially():
 
 
 def test_device_choice():
-    assert choose_torch_device("auto", True) == ("cuda", None)          # serial, GPU present
-    assert choose_torch_device("auto", False) == ("cpu", None)
-    assert choose_torch_device("cpu", True, ["0"]) == ("cpu", None)     # asked for the CPU
-    assert choose_torch_device("auto", True, []) == ("cpu", None)       # actor without a GPU
-    assert choose_torch_device("auto", True, ["1"]) == ("cuda", None)
-    device, why = choose_torch_device("auto", False, ["0"])   # fake GPUs, or a CPU-only torch
+    assert choose_accelerator("auto", True) == ("cuda", None)          # serial, GPU present
+    assert choose_accelerator("auto", False) == ("cpu", None)
+    assert choose_accelerator("cpu", True, ["0"]) == ("cpu", None)     # asked for the CPU
+    assert choose_accelerator("auto", True, []) == ("cpu", None)       # actor without a GPU
+    assert choose_accelerator("auto", True, ["1"]) == ("cuda", None)
+    device, why = choose_accelerator("auto", False, ["0"])   # fake GPUs, or a CPU-only torch
     assert device == "cpu" and "no CUDA" in why and "0" in why
-    assert choose_torch_device("cuda", True, ["0"]) == ("cuda", None)
+    assert choose_accelerator("cuda", True, ["0"]) == ("cuda", None)
     with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
-        choose_torch_device("cuda", False)
+        choose_accelerator("cuda", False)
     with pytest.raises(DeviceUnavailable, match="num_gpus"):
-        choose_torch_device("cuda", True, [])
+        choose_accelerator("cuda", True, [])
 
 
 def test_cuda_on_ray_without_gpus_is_a_scenario_error():

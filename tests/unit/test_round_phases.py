@@ -28,8 +28,8 @@ def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
 
 
 def test_the_classes_are_left_as_they_were(tmp_path):
-    from raymm.device.local_update import LocalUpdate
     from raymm.server.server import Server
+    from raymm.training.local_update import LocalUpdate
 
     before = (LocalUpdate.run, Server.plan)
     path = tmp_path / "tiny.yaml"
@@ -94,8 +94,8 @@ def test_operations_are_named_with_the_code_that_ran_them(tmp_path, capsys):
     assert ms == sorted(ms, reverse=True)
     sites = {(r[2], r[3]) for r in rows}
     # a linear layer's product runs in the model's forward and again in the reverse pass,
-    # which is named by the line of the local update that asks for the gradient
-    assert any(op == "bmm" and site.startswith("raymm/device/local_update.py:")
+    # which is named by the line of the lock-step step that asks for the gradient
+    assert any(op == "bmm" and site.startswith("raymm/training/lockstep/gradients.py:")
                for op, site in sites), listing
     assert any(op == "bmm" and site.startswith("raymm/models/") for op, site in sites), listing
 

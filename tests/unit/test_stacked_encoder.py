@@ -1,5 +1,5 @@
 """`StackedEncoder` runs an encoder for many devices without `vmap`, with the vmapped call's
-bits forward and backward (`raymm.device.stacked_encoder`)."""
+bits forward and backward (`raymm.training._kernels.stacked_encoder`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 from torch import nn
 from torch.func import vmap
 
-from raymm.device.lockstep_conv import blocked_convolutions, routing_convolutions
-from raymm.device.module_call import ModuleCall
-from raymm.device.stacked_encoder import StackedEncoder, encode_devices
 from raymm.models.encoders import make_encoder
+from raymm.training._kernels.lockstep_conv import blocked_convolutions, routing_convolutions
+from raymm.training._kernels.module_call import ModuleCall
+from raymm.training._kernels.stacked_encoder import StackedEncoder, encode_devices
 
 #: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
 #: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)

@@ -13,10 +13,11 @@ from policies.objective.tide import TideObjective, TideObjectiveParams
 from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.config.schema import ModelSpec, TrainingSpec
-from raymm.device.local_update import Batch, LocalUpdate
-from raymm.device.module_call import ModuleCall
 from raymm.models.network import MultimodalNet
 from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
+from raymm.training._kernels.module_call import ModuleCall
+from raymm.training.local_update import Batch, LocalUpdate
+from raymm.training.lockstep.trainer import STEPPERS
 
 from helpers import tiny_scenario
 
@@ -70,7 +71,7 @@ def _autograd(model, objective, params, case, use_adapter: bool):
     sensors = tuple(case["emb"])
     update = LocalUpdate(ModuleCall(model), objective, TrainingSpec(optimizer="adam"),
                          use_adapter=use_adapter, held=sensors, extras=case["extras"],
-                         round=3, groups=(), stacked=True)
+                         round=3, groups=(), steppers=STEPPERS)
     leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
     emb = {m: e.clone().requires_grad_(True) for m, e in case["emb"].items()}
     x = {m: torch.zeros(G, B, 8) for m in sensors}

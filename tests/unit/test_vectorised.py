@@ -18,15 +18,15 @@ import torch.nn.functional as F
 from policies.objective.ce import CEParams, CrossEntropy
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.device.local_update import FunctionalOptimizer, OptimizerState
-from raymm.device.lockstep import why_not_vectorised
-from raymm.device.lockstep_encoders import SensorEncoders
 from raymm.device.lockstep_host import LockstepHost
-from raymm.device.stacked_encoder import StackedEncoder
 from raymm.models.network import MultimodalNet
 from raymm.protocol.losses import sample_mean
 from raymm.protocol.messages import ClusterModels
 from raymm.protocol.seams import LossInputs, Objective
+from raymm.training._kernels.stacked_encoder import StackedEncoder
+from raymm.training.local_update import FunctionalOptimizer, OptimizerState
+from raymm.training.lockstep.encoders import SensorEncoders
+from raymm.training.lockstep.fallback import why_not_vectorised
 
 from helpers import host_round, tiny_scenario
 from needs import needs_batch_invariant_matmul
@@ -201,7 +201,7 @@ def test_a_plain_round_whose_bucket_fails_goes_device_by_device(caplog):
     device out one by one after all, with the same numbers, and says how many fell back."""
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
     assert vec._plain(plan, bcast)
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         b = vec.train(plan, bcast)
     assert "train sequentially" in caplog.text
     assert sum(b.lockstep_fallbacks.values()) == plan.selected.size
@@ -227,7 +227,7 @@ class _Branchy(_NotOptedIn):
 
 def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
     assert "vectorisable" in why_not_vectorised(_NotOptedIn())
-    with caplog.at_level(logging.INFO, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.INFO, logger="raymm.training.lockstep"):
         seq, vec, plan, bcast = host_round({}, objective=_NotOptedIn())
     assert vec.vec is None and "does not declare" in caplog.text
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
@@ -238,7 +238,7 @@ def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
 @pytest.mark.lockstep_fallback
 def test_a_bucket_that_fails_under_vmap_falls_back_to_sequential(caplog):
     seq, vec, plan, bcast = host_round({}, objective=_Branchy())
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         b = vec.train(plan, bcast)
     a = seq.train(plan, bcast)
     assert "train sequentially" in caplog.text and b.failed.size == 0
@@ -415,7 +415,8 @@ def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
     picks its algorithm by the group and channel counts, so on a CPU a device's bits depended
     on how many devices shared its program (1-2 against 3 or more with 3 channels per device).
     Lock-step programs convolve in blocks of a fixed number of devices
-    (`raymm.device.lockstep_conv`): one host, hosts of 1 and of 5 devices give the same bits."""
+    (`raymm.training._kernels.lockstep_conv`): one host, hosts of 1 and of 5 devices give the
+    same bits."""
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
     base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
@@ -430,7 +431,7 @@ def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
 def test_a_sensor_a_device_lacks_runs_its_encoder_on_one_zero_sample(monkeypatch):
     """In a program that mixes sensor sets, a device that lacks a sensor and does not train its
     encoder has one embedding of it all round: the devices that hold the sensor run its encoder
-    on their minibatch, the others on a single zero sample (`raymm.device.lockstep_encoders`).
+    on their minibatch, the others on a single zero sample (`raymm.training.lockstep.encoders`).
     The same numbers as every encoder on every device's batch, to float32 rounding, and still
     the same bits whatever the packing."""
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
@@ -460,7 +461,7 @@ def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(
     """`lockstep_conv._direct` makes the grouped call of `device_conv`'s vmap rule without the
     custom operator's Python layers: a lock-step run is bit for bit the run through the
     operator, forward and backward."""
-    import raymm.device.lockstep_conv as lc
+    import raymm.training._kernels.lockstep_conv as lc
 
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
@@ -517,7 +518,7 @@ def test_per_device_convolutions_under_nested_vmap_take_the_operator():
     convolution's."""
     from torch.func import vmap
 
-    from raymm.device.lockstep_conv import blocked_convolutions
+    from raymm.training._kernels.lockstep_conv import blocked_convolutions
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, 2, 4, 5, 16, generator=gen)        # devices, inner, batch, C, L
@@ -534,7 +535,7 @@ def _device_zero(devices: int, channels: int, two_d: bool) -> dict[str, torch.Te
     devices: device 0's inputs fixed, the others' drawn afresh."""
     from torch.func import vmap
 
-    from raymm.device.lockstep_conv import blocked_convolutions
+    from raymm.training._kernels.lockstep_conv import blocked_convolutions
 
     space, kernel = ((9, 11), (3, 3)) if two_d else ((24,), (5,))
     fixed, other = torch.Generator().manual_seed(0), torch.Generator().manual_seed(devices)
@@ -557,7 +558,7 @@ def _device_zero(devices: int, channels: int, two_d: bool) -> dict[str, torch.Te
 @pytest.mark.parametrize("channels", [1, 3, 16])
 def test_a_blocked_convolution_gives_a_device_the_same_bits_whatever_the_device_count(
         channels, two_d):
-    """The grouped channels-last call of `raymm.device.lockstep_conv` computes a device's
+    """The grouped channels-last call of `raymm.training._kernels.lockstep_conv` computes a device's
     output and gradients alike whether 1, 2, 3, 5, 9 or 17 devices share it (fewer than the
     minimum are padded with zero devices), for 1-D and 2-D convolutions; and the output is the
     plain convolution's."""
@@ -580,7 +581,7 @@ def test_a_wide_convolutions_weight_gradient_in_blocks_of_devices_has_the_same_b
     too."""
     from torch.func import vmap
 
-    import raymm.device.lockstep_conv as lc
+    import raymm.training._kernels.lockstep_conv as lc
 
     def grads(wide: int) -> tuple[torch.Tensor | None, ...]:
         monkeypatch.setattr(lc, "WIDE_CALL_CHANNELS", wide)
@@ -616,7 +617,7 @@ def test_a_global_average_pool_of_per_device_tensors_is_their_mean_without_a_fal
 
     from torch.func import vmap
 
-    from raymm.device.lockstep_conv import blocked_convolutions
+    from raymm.training._kernels.lockstep_conv import blocked_convolutions
 
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(5, 4, 3, 20, generator=gen), torch.randn(5, 8, 3, 5, generator=gen)
@@ -642,13 +643,13 @@ def test_an_interleaved_minibatch_reaches_a_convolution_as_a_view_with_the_same_
     from torch.func import vmap
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from raymm.device.lockstep_conv import (
+    from raymm.models.encoders import make_encoder
+    from raymm.training._kernels.lockstep_conv import (
         blocked_convolutions,
         interleaved_rows,
         select_devices,
         takes_interleaved,
     )
-    from raymm.models.encoders import make_encoder
 
     gen = torch.Generator().manual_seed(0)
     data = torch.randn(40, 21, 17, generator=gen)              # samples, T, C

@@ -1,11 +1,13 @@
-"""FedMChain's MCFT stage trains in lock-step (raymm.device.lockstep) and agrees with the sequential
+"""FedMChain's MCFT stage trains in lock-step (raymm.training.lockstep) and agrees with the
+sequential
 path: per-device start vectors (cluster models, parameters kept under `exchange: delta`) and
 frozen earlier-modality branches that differ per device.
 
 Tolerance on server params, cluster models and every device's kept vectors after six rounds
 (three chain phases, sync every 2 rounds): 1e-4 absolute for all but 0.5% of the values, 1e-3
 for every one. Only float32 rounding differs -- summation order, and lock-step Adam's fused
-kernel (`raymm.device.stacked_adam`), which rounds the update otherwise; Adam turns that into a
+kernel (`raymm.training._kernels.stacked_adam`), which rounds the update otherwise; Adam turns that
+into a
 step of up to the learning rate where a gradient is near zero (measured: 2 of 1,174 values
 2.4e-4 apart, every other within 8e-6).
 """
@@ -55,7 +57,7 @@ def _run(vectorise: bool, *overrides: str, per_host: int = 5
 
 def test_mcft_vectorised_matches_sequential(caplog) -> None:
     seq, seq_loss = _run(False)
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         vec, vec_loss = _run(True)
     assert all(isinstance(h, LockstepHost) and h.reason is None and h.vec is not None
                for h in vec.hosts)
@@ -123,7 +125,7 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
     stage) run once a round over every sample instead of at every step of every epoch; each
     sample's embedding, hence every number of the run, is the same to the bit. Time-series
     sensors, so the frozen encoders are convolutions (one of them gathered interleaved)."""
-    from raymm.device.lockstep import LockstepTrainer
+    from raymm.training.lockstep.trainer import LockstepTrainer
 
     series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
     found: list[list[str]] = []
@@ -148,13 +150,14 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
 
 
 def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeypatch) -> None:
-    """`raymm.device.frozen_cache`: a device whose frozen encoder has the weights of an earlier
+    """`raymm.training.lockstep.frozen_cache`: a device whose frozen encoder has the weights of an
+    earlier
     round's pass takes that pass's embeddings, and programs that mix such devices with others
     compute only the others; every number of the run is the one a fresh pass gives, and the
     one of other packings (one host per device, whose caches hold one device each; one host
     of all devices, where the devices to compute are not the first of their steps)."""
-    from raymm.device.frozen_cache import FrozenEmbeddingCache
-    from raymm.device.lockstep import LockstepTrainer
+    from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
+    from raymm.training.lockstep.trainer import LockstepTrainer
 
     series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
     programs: list[list[bool]] = []
@@ -201,7 +204,7 @@ def test_a_frozen_embedding_is_kept_only_for_the_weights_and_samples_it_was_comp
     compare cheaply is not kept at all."""
     import torch
 
-    from raymm.device.frozen_cache import FrozenEmbeddingCache
+    from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
 
     shared = {"conv.weight": torch.arange(6.0).view(2, 3)}
     own = {"conv.bias": torch.ones(2)}
@@ -246,8 +249,8 @@ def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(m
     so the later modalities' encoders do not run (zero embeddings reach the model). Sequential
     and lock-step runs over all three phases give the very numbers of a run that runs every
     encoder, and leave encoders out."""
-    from raymm.device.sequential import SequentialTrainer
     from raymm.models import network
+    from raymm.training.sequential import SequentialTrainer
 
     encoded: list[int] = []
     embed = network.embed

@@ -1,4 +1,5 @@
-"""TIDE's objective trains in lock-step (raymm.device.lockstep) and agrees with the sequential path.
+"""TIDE's objective trains in lock-step (raymm.training.lockstep) and agrees with the sequential
+path.
 
 Tolerance: 1e-4 absolute on every parameter after four rounds with prototypes, aux heads,
 L_cs, modality dropout, the adapter and padded last batches (observed ~1e-7: only float32
@@ -50,7 +51,7 @@ def test_tide_vectorised_matches_sequential(caplog, adapter_path, mu):
                      world.host_spec)
     assert isinstance(host, LockstepHost) and host.reason is None and host.vec is not None
     seq = run(load_scenario(_scenario(False, adapter_path, mu)), out=None)
-    with caplog.at_level(logging.WARNING, logger="raymm.device.lockstep"):
+    with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         vec = run(sc, out=None)
     # no bucket fell back to sequential training
     assert "failed" not in caplog.text and "sequentially" not in caplog.text

@@ -1,11 +1,12 @@
 """Lock-step local training of many devices at once with `torch.func` (the fast path).
 
-`raymm.device.sequential.SequentialTrainer` trains one device after another and stays the reference.
+`raymm.training.sequential.SequentialTrainer` trains one device after another and stays the
+reference.
 Here a host trains its selected devices together: devices are grouped into *buckets* that share
 everything that is Python-level structure -- the sensor set (hence the held sensors, the groups
 trained and which inputs are all-zero) -- and each bucket runs as one program. Trainable parameters
 are stacked along a leading device axis and the bucket runs the very local update the sequential
-path runs (`raymm.device.local_update`: the same loss, minibatch loop and optimizer), the loss
+path runs (`raymm.training.local_update`: the same loss, minibatch loop and optimizer), the loss
 vmapped over the devices and differentiated by one reverse pass of their sum.
 
 Devices of a bucket may take different numbers of steps per epoch. A bucket is ordered by steps
@@ -15,13 +16,13 @@ of it: step s runs on that prefix only, and the devices after it are set aside a
 exactly its own steps and no others, so nothing is computed for devices without a minibatch,
 and a bucket's step count is that of its longest device rather than one program per distinct
 step count. Under Adam a device set aside rejoins having skipped steps: its bias correction
-follows its own step count (`raymm.device.stacked_adam`). The last minibatch of an
+follows its own step count (`raymm.training._kernels.stacked_adam`). The last minibatch of an
 epoch is shorter for some devices than for others: it is padded to the batch size, and
 `LossInputs.weight` marks real rows 1 and padding 0. An objective that declares
 `mixes_sensor_sets` lets devices of every sensor set share a bucket: a sensor a device lacks is
 its all-zero input, its presence mask says so, and the gradient of a group it does not train is
 dropped (`LockstepTrainer._keeps`); such a device runs the encoder of a sensor it lacks once, on
-one zero sample, rather than on every minibatch (`raymm.device.lockstep_encoders`).
+one zero sample, rather than on every minibatch (`raymm.training.lockstep.encoders`).
 Minibatch order, augmentation draws and everything else random come from the same per-device
 streams as the sequential path.
 
@@ -31,7 +32,8 @@ absolute 1e-4 on every parameter after several rounds. A device's result does no
 other devices share its bucket or chunk, so packing still does not change results.
 
 An objective opts in with `vectorisable = True`, which promises the lock-step contract written
-in `raymm.device.local_update`. Its hooks run as on the sequential path: `augment(xb, present, held,
+in `raymm.training.local_update`. Its hooks run as on the sequential path: `augment(xb, present,
+held,
 sensors, gen)` per device and minibatch outside vmap with that device's generator, in the
 sequential path's order, so its draws are identical; `device_extras(model, xs, y, held_t,
 use_adapter)` per device after training with the module holding that device's trained
@@ -47,7 +49,7 @@ then stays one shared tensor. An encoder no device of the program trains (a froz
 each sample once a round, not once an epoch: its embeddings are computed before the steps, in
 calls of the steps' own shapes, and each step takes its rows of them
 (`LockstepTrainer._frozen_embeddings`; the same bits), and a device whose frozen weights have
-not changed since an earlier round reuses that round's (`raymm.device.frozen_cache`). The
+not changed since an earlier round reuses that round's (`raymm.training.lockstep.frozen_cache`). The
 objective's per-device hooks run as on the sequential path: `device_tensors(state, extras,
 layout, groups)` per device, stacked into `LossInputs.local` (one device's view inside the
 loss); `device_finish` per device after training with its start and end vectors (and its mean
@@ -74,7 +76,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -85,51 +86,40 @@ from torch import Tensor
 from torch.func import vmap
 
 from raymm import seeding
-from raymm.device.closed_form import closed_form_grads
-from raymm.device.frozen_cache import FrozenEmbeddingCache
-from raymm.device.local_update import Batch, LocalUpdate, Params
-from raymm.device.lockstep_conv import blocked_convolutions, interleaved_rows, takes_interleaved
-from raymm.device.lockstep_encoders import SensorEncoders
-from raymm.device.sequential import DeviceOutcome, SequentialTrainer
 from raymm.models import LOCAL
 from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
+from raymm.training._kernels.lockstep_conv import (
+    blocked_convolutions,
+    interleaved_rows,
+    takes_interleaved,
+)
+from raymm.training._kernels.stacked_adam import StackedAdam
+from raymm.training.local_update import (
+    Batch,
+    FunctionalOptimizer,
+    LocalUpdate,
+    Params,
+    StepperFactory,
+)
+from raymm.training.lockstep.closed_form import closed_form_grads
+from raymm.training.lockstep.encoders import SensorEncoders
+from raymm.training.lockstep.fallback import fallback_error, strict
+from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
+from raymm.training.lockstep.gradients import many_devices
+from raymm.training.sequential import DeviceOutcome, SequentialTrainer
 
-log = logging.getLogger("raymm.device.lockstep")
-
-#: set to 1, a lock-step program that falls back to sequential training stops the run (the
-#: tests and the reference runs set it: a fast path must not fail in silence there)
-STRICT_VAR = "RAYMM_STRICT_LOCKSTEP"
-
-
-def strict() -> bool:
-    """Whether a fallback is an error here (`STRICT_VAR`), read at each call so a test can
-    switch it."""
-    return os.environ.get(STRICT_VAR, "") == "1"
-
-
-class LockstepFallback(RuntimeError):
-    """Lock-step programs fell back to sequential training under `strict` mode (one
-    message argument: it crosses Ray's process boundary as it is)."""
-
-
-def fallback_error(where: str, fallbacks: Mapping[str, int]) -> LockstepFallback:
-    """The error that stops a strict run: where, and each reason with its devices."""
-    reasons = "; ".join(f"{n} device(s): {why}" for why, n in sorted(fallbacks.items()))
-    return LockstepFallback(f"{where}: lock-step training fell back to the sequential path "
-                            f"({reasons}); {STRICT_VAR}=1 makes that an error")
+log = logging.getLogger("raymm.training.lockstep")
 
 
-def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
-    """The reason this objective/model cannot train in lock-step, or None when it can."""
-    if not objective.vectorisable:
-        return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
-                "(see raymm.device.lockstep for what that promises)")
-    if model is not None and any(True for _ in model.buffers()):
-        return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
-    return None
+def _stacked_adam(params: Params, opt: FunctionalOptimizer, grad_sum: bool,
+                  proximal: tuple[float, tuple[str, ...]]) -> StackedAdam:
+    return StackedAdam(params, opt.lr, opt.BETAS, opt.EPS, opt.weight_decay, grad_sum, proximal)
 
+
+#: the optimizers that step a program's stacks themselves, by `training.optimizer`
+STEPPERS: dict[str, StepperFactory] = {"adam": _stacked_adam}
 
 # --------------------------------------------------------------------------- trainer
 
@@ -217,7 +207,7 @@ class LockstepTrainer:
         self.bcast_extras = broadcast.extras
         self.upload = upload   # whether this round's extras reach the server (DeviceFinish)
         self.active = active
-        extras = {k: torch.from_numpy(v).to(self.base.device)
+        extras = {k: torch.from_numpy(v).to(self.base.accelerator)
                   for k, v in broadcast.extras.items()}
         runs: list[ChunkRun] = []
         self.fallbacks = {}
@@ -280,7 +270,7 @@ class LockstepTrainer:
         helds = np.stack([r.held for r in reqs])               # [G, M]
         per_held = [tuple(m for m, h in zip(self.sensors, held) if h) for held in helds]
         held_names = tuple(m for j, m in enumerate(self.sensors) if helds[:, j].any())
-        held_t = torch.from_numpy(helds.astype(np.float32)).to(base.device)
+        held_t = torch.from_numpy(helds.astype(np.float32)).to(base.accelerator)
         keeps = self._keeps(reqs, names)
         devices = np.array([r.device for r in reqs], np.int64)
         seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
@@ -312,7 +302,7 @@ class LockstepTrainer:
             frozen = [m for m in self._frozen_sensors(names, helds) if m not in unread]
             skipped = set(unread)   # nothing reads their inputs either
             # the samples' positions where the embeddings are (`_rows_of` reads `perms` on CPU)
-            positions = [p.to(base.device) for p in perms] if frozen else []
+            positions = [p.to(base.accelerator) for p in perms] if frozen else []
         else:
             gens = seeding.generators(seeds)
         gathered = [m for m in self.sensors if m not in frozen and m not in skipped]
@@ -342,25 +332,26 @@ class LockstepTrainer:
 
         update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups),
-                             unread=unread, stacked=True)
+                             unread=unread, steppers=STEPPERS)
         encoders = self._encoder_plan(helds, names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
-        # a model and loss known in closed form skip autograd (`raymm.device.closed_form`),
+        # a model and loss known in closed form skip autograd
+        # (`raymm.training.lockstep.closed_form`),
         # else an objective's loss after the encoders may (`raymm.protocol.fast_paths`)
         grads_of = closed_form_grads(
             self.model, self.objective, params, anchor,
             proximal=update.proximal_in_loss(names),
             plain=(t.closed_form and not (local_t or keeps or encoders or unread or frozen
                                           or use_adapter))) \
-            or update.many_devices(anchor, shared, dev_frozen, local_t, keeps, encoders,
-                                   self._closed_loss(names, frozen, unread, local_t),
-                                   self.encoder_params)
+            or many_devices(update, base.call, anchor, shared, dev_frozen, local_t, keeps,
+                            encoders, self._closed_loss(names, frozen, unread, local_t),
+                            self.encoder_params)
         with blocked_convolutions():   # a device's bits whatever its program's size
             done = update.run(params, batches(), grads_of,
                               grad_sum=self.objective.needs_grad_mean)
         losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
-                             device=base.device)
+                             device=base.accelerator)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
             losses[:len(loss), i] = loss
         return self._rows(reqs, sources, groups, done.params, losses,
@@ -397,7 +388,7 @@ class LockstepTrainer:
         """(trainable [G, ...], shared frozen, per-device frozen [G, ...]) starting values. A
         group whose vector is the same object for every device (the broadcast, the initial
         model) is one tensor (expanded, zero-copy, where trained); others are stacked."""
-        g, dev = len(sources), self.base.device
+        g, dev = len(sources), self.base.accelerator
         flat: dict[str, tuple[Tensor, bool]] = {}
         for grp in self.layout.slots:
             vs = [s[grp] for s in sources]
@@ -437,7 +428,7 @@ class LockstepTrainer:
                 continue
             mask = np.array([grp in r.groups for r in reqs])
             if not mask.all():
-                out[n] = torch.from_numpy(mask).to(self.base.device)
+                out[n] = torch.from_numpy(mask).to(self.base.accelerator)
         return out
 
     def _encoder_plan(self, helds: np.ndarray, names: list[str], keeps: dict[str, Tensor]
@@ -447,7 +438,7 @@ class LockstepTrainer:
         if not self.model.takes_embeddings:
             return None
         plan = SensorEncoders(self.base.call, self.model, self.sensors, helds, names, keeps,
-                              self.base.device)
+                              self.base.accelerator)
         return plan if plan.plan else None
 
     def _device_tensors(self, reqs: list[Request]) -> Params:
@@ -460,7 +451,7 @@ class LockstepTrainer:
         keys = set(per[0])
         if any(set(p) != keys for p in per):
             raise ValueError("device_tensors returned different keys for devices of one bucket")
-        return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.device)
+        return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.accelerator)
                 for k in sorted(keys)}
 
     def _epoch_rows(self, reqs: list[Request], gens: list[torch.Generator],
@@ -531,7 +522,7 @@ class LockstepTrainer:
             kept = self.frozen_cache.lookup(m, [r.device for r in reqs], common, own_rows,
                                             [r.indices for r in reqs], holds, bs)
             todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
-            pick = torch.tensor(todo, dtype=torch.long, device=self.base.device)
+            pick = torch.tensor(todo, dtype=torch.long, device=self.base.accelerator)
             # (devices, positions, embeddings): the kept ones, then those computed step by step
             parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
                 (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
@@ -563,12 +554,12 @@ class LockstepTrainer:
         local = _left_aligned(np.concatenate([r.indices for r in reqs]),
                               np.array([r.indices.shape[0] for r in reqs]), perms.shape[1])
         rows = torch.from_numpy(local).gather(1, perms)
-        return rows.view(len(reqs), steps, -1).to(self.base.device)
+        return rows.view(len(reqs), steps, -1).to(self.base.accelerator)
 
     def _weights(self, sizes: np.ndarray, steps: int) -> Tensor:
         bs = self.base.training.batch_size
         real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
-        return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.device)
+        return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.accelerator)
 
     def _inputs(self, rows: Tensor, helds: np.ndarray, held_t: Tensor,
                 sensors: list[str] | None = None) -> tuple[dict[str, Tensor], Tensor]:
@@ -583,15 +574,15 @@ class LockstepTrainer:
                 continue
             shape = (g, b) + base.dataset.sensor_shape(m)
             if not helds[:, j].any():
-                xb[m] = torch.zeros(shape[2:], device=base.device).expand(shape)
+                xb[m] = torch.zeros(shape[2:], device=base.accelerator).expand(shape)
                 continue
             if m in self.interleaved:   # see `lockstep_conv.takes_interleaved`
                 store = base.train_x[m]
-                x = interleaved_rows(store, rows.to(store.device)).to(base.device)
+                x = interleaved_rows(store, rows.to(store.device)).to(base.accelerator)
             else:
                 x = base.rows(m, flat).view(shape)
             if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
-                lacks = torch.from_numpy(np.flatnonzero(~helds[:, j])).to(base.device)
+                lacks = torch.from_numpy(np.flatnonzero(~helds[:, j])).to(base.accelerator)
                 # a fresh gather; by index, a device's rows at a time (a broadcast mask over
                 # the whole minibatch took 8x as long on a CPU)
                 x.index_fill_(0, lacks, 0.0)
@@ -685,7 +676,7 @@ class LockstepTrainer:
         (one the loss did not use has no gradient sum) is zeros, as on the sequential path."""
         slots = self.layout.slots[grp]
         new = torch.empty if all(s.name in values for s in slots) else torch.zeros
-        out = new((g, self.layout.sizes[grp]), dtype=torch.float32, device=self.base.device)
+        out = new((g, self.layout.sizes[grp]), dtype=torch.float32, device=self.base.accelerator)
         for s in slots:
             if s.name in values:
                 out[:, s.start:s.stop].view((g,) + tuple(s.shape)).copy_(values[s.name].detach())
@@ -701,7 +692,7 @@ class LockstepTrainer:
         # the starting values of the groups it did not train, and what it trained
         self.layout.load(self.model, {**source, **own})
         idx = torch.from_numpy(r.indices.astype(np.int64))
-        held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.device)
+        held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.accelerator)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
                            self.use_adapter))
 

@@ -1,9 +1,10 @@
 """The engine's own lock-step gradient written out by hand: a chain of `Linear` and `ReLU`
 under cross-entropy, registered for the `ce` objective (`raymm.protocol.fast_paths`).
 
-A lock-step step (`LocalUpdate.many_devices`) runs the loss under `vmap` and takes one reverse
-pass of autograd: general, and for a small model mostly overhead. The batched products below
-do the same work in a few calls per layer (docs/performance.md, "Gradients written out").
+A lock-step step (`raymm.training.lockstep.gradients.many_devices`) runs the loss under `vmap`
+and takes one reverse pass of autograd: general, and for a small model mostly overhead. The
+batched products below do the same work in a few calls per layer (docs/performance.md,
+"Gradients written out").
 
 `closed_form_grads` gives such a gradient function, or None where it does not know the model or
 the loss; the caller then keeps autograd. It knows:
@@ -26,11 +27,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from raymm.device.local_update import Batch, GradFn, Params, add_proximal
 from raymm.models.network import MultimodalNet
 from raymm.protocol.fast_paths import ClosedForm, closed_form_for, register_closed_form
 from raymm.protocol.losses import cross_entropy_with_grad
 from raymm.protocol.seams import Objective
+from raymm.training.local_update import Batch, GradFn, Params
+from raymm.training.lockstep.gradients import add_proximal
 
 #: `ce`'s loss is the task head's mean cross-entropy plus FedProx's term, unless it trains
 #: the adapter (whose path this chain does not have)
@@ -74,7 +76,7 @@ def linear_chain(model: nn.Module) -> tuple[str, list[Dense]] | None:
 
 def closed_form_grads(model: nn.Module, objective: Objective, params: Params, anchor: Params,
                       *, proximal: tuple[float, tuple[str, ...]], plain: bool) -> GradFn | None:
-    """The gradient function of a lock-step program (`LocalUpdate.many_devices`'s contract:
+    """The gradient function of a lock-step program (`gradients.many_devices`'s contract:
     `(params, batch) -> (loss [k], grads)` for the first k devices), or None where this module
     does not know the model or the objective's loss (`ClosedForm.task_cross_entropy`).
     `params`/`anchor`: the program's trained stacks and their starting values; `proximal`:

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from raymm.device.local_update import Params
-from raymm.device.lockstep_conv import select_devices
-from raymm.device.module_call import ModuleCall
-from raymm.device.stacked_encoder import encode_devices
 from raymm.models import RaymmNet
+from raymm.training._kernels.lockstep_conv import select_devices
+from raymm.training._kernels.module_call import ModuleCall
+from raymm.training._kernels.stacked_encoder import encode_devices
+from raymm.training.local_update import Params
 
 
 class SensorEncoders:
@@ -40,8 +40,8 @@ class SensorEncoders:
 
     def __init__(self, call: ModuleCall, model: RaymmNet, sensors: tuple[str, ...],
                  helds: np.ndarray, trained: list[str], keeps: Mapping[str, Tensor],
-                 device: torch.device) -> None:
-        self.call, self.device = call, device
+                 accelerator: torch.device) -> None:
+        self.call, self.accelerator = call, accelerator
         encoders = model.encoders
         assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them
         self.encoders = encoders
@@ -100,7 +100,7 @@ class SensorEncoders:
         lacks sensor m, in order; computed once, as those devices' weights of it never move."""
         if m not in self._constants:
             names, full = self.plan[m]
-            lack = torch.from_numpy(np.flatnonzero(~full)).to(self.device)
+            lack = torch.from_numpy(np.flatnonzero(~full)).to(self.accelerator)
             # a program's first step is every device's (each has at least one minibatch)
             assert params[names[0]].shape[0] == full.shape[0]
             zero = x.new_zeros((lack.numel(), 1) + tuple(x.shape[2:]))
@@ -122,7 +122,7 @@ class SensorEncoders:
                 order = np.argsort(~f, kind="stable")   # those that run it, then the others
                 back = np.argsort(order)
                 runs = int(f.sum())
-                dev = self.device
+                dev = self.accelerator
                 rows[m] = (torch.from_numpy(order[:runs]).to(dev),
                            torch.from_numpy(order[runs:]).to(dev),
                            None if (back == np.arange(k)).all() else

@@ -1,29 +1,27 @@
 """A device's local update, written once: the loss of a minibatch, the minibatch loop and the
 optimizer step, for one device or, under `torch.func.vmap`, for many in lock-step.
 
-`raymm.device.sequential.SequentialTrainer` (the sequential reference path) runs it for one device;
-`raymm.device.lockstep.LockstepTrainer` runs it for a bucket of devices whose parameters are
-stacked along a leading device axis. Both build a `LocalUpdate`, feed `LocalUpdate.run` their
-minibatches (`Batch`: drawing and padding them is each path's own business) and a gradient
-function made by the update itself: `one_device` differentiates the loss with
-`torch.autograd.grad`; `many_devices` runs the loss under `vmap` (one loss per device) and
-takes one `torch.autograd.grad` of their sum -- devices share no parameters, so its gradient
-with respect to a device's stacked parameters is that device's own gradient, and one plain
-reverse pass through the batched operations costs far less than `vmap(grad(loss))`, whose
-per-operation transform was most of a step's time at these model sizes. On both paths a
-parameter the loss does not use gets no gradient and no step, as in `torch.optim`. Everything
-else -- the forward pass with the given parameters, the objective's loss, the gradient sums of
-`needs_grad_mean`, the optimizer -- is the same code on both paths.
+`raymm.training.sequential.SequentialTrainer` (the reference path) runs it for one device;
+`raymm.training.lockstep.trainer.LockstepTrainer` runs it for a bucket of devices whose
+parameters are stacked along a leading device axis. Both build a `LocalUpdate`, feed
+`LocalUpdate.run` their minibatches (`Batch`: drawing and padding them is each path's own
+business) and a gradient function: `one_device` differentiates the loss with
+`torch.autograd.grad`; the lock-step program picks its own from the same `LocalUpdate.loss`
+(`raymm.training.lockstep.gradients`). On both paths a parameter the loss does not use gets
+no gradient and no step, as in `torch.optim`. Everything else -- the forward pass with the
+given parameters, the objective's loss, the gradient sums of `needs_grad_mean`, the
+optimizer -- is the same code on both paths. This module imports no fast-path kernel: what
+the lock-step path steps differently is injected (`StackedStepper`).
 
 `FunctionalOptimizer` is `torch.optim.SGD` (momentum, L2 weight decay; no dampening, no
 Nesterov) and `torch.optim.Adam` (betas 0.9/0.999, eps 1e-8, L2 weight decay, no amsgrad) as
 pure functions, with torch's own operations in torch's order, so the sequential path's numbers
 are torch.optim's bit for bit. Every operation is elementwise with Python-scalar coefficients,
 so the same call on stacked [G, ...] tensors is what `vmap` over devices would compute: the
-lock-step path calls it on the stacks directly for SGD. Lock-step Adam is
-`raymm.device.stacked_adam.StackedAdam` (the same algorithm in torch's fused kernel, one call
-for a whole program instead of seven passes per parameter: other last bits than the
-sequential path).
+lock-step path calls it on the stacks directly for SGD. For Adam the lock-step trainer injects
+`raymm.training._kernels.stacked_adam.StackedAdam` (the same algorithm in torch's fused
+kernel, one call for a whole program instead of seven passes per parameter: other last bits
+than the sequential path).
 
 What an objective must provide to train in lock-step (it opts in with `vectorisable = True`):
   * `loss(inp)` is a pure function of tensors that works under `torch.func.vmap` and autograd:
@@ -44,27 +42,47 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
-from torch.func import vmap
 
 from raymm.config.schema import TrainingSpec
-from raymm.device.memory_layout import memory_order
-from raymm.device.module_call import ModuleCall
-from raymm.device.stacked_adam import StackedAdam
-from raymm.device.stacked_encoder import StackedEncoder, encode_devices
-from raymm.models.network import RaymmNet
-from raymm.protocol.fast_paths import ClosedFormLoss
 from raymm.protocol.seams import LossInputs, Objective
 
 Params = dict[str, Tensor]
 Grads = Mapping[str, Tensor | None]
 #: (params, batch) -> (loss, gradient per parameter; None: the loss did not use it)
 GradFn = Callable[[Params, "Batch"], tuple[Tensor, Grads]]
+
+
+class ModuleCaller(Protocol):
+    """The module called with parameter tensors given per call in place of its own (both
+    trainers pass `raymm.training._kernels.module_call.ModuleCall`)."""
+
+    model: nn.Module
+
+    def __call__(self, params: Mapping[str, Tensor], *args: Any, **kwargs: Any) -> Any: ...
+
+
+class StackedStepper(Protocol):
+    """An optimizer of a lock-step program that holds the stacked parameters itself, sets aside
+    the devices without a minibatch and adds the objective's proximal term (the lock-step
+    trainer injects `raymm.training._kernels.stacked_adam.StackedAdam` for Adam)."""
+
+    def params(self, k: int | None = None) -> Params: ...
+
+    def step(self, grads: Grads, k: int) -> Tensor | None: ...
+
+    def grad_sums(self) -> Params | None: ...
+
+
+#: (the starting stacks, the optimizer's settings, whether to sum the gradients, the
+#: objective's proximal term (c, names)) -> the stepper of one program
+StepperFactory = Callable[[Params, "FunctionalOptimizer", bool, tuple[float, tuple[str, ...]]],
+                          StackedStepper]
 
 
 class Batch(NamedTuple):
@@ -78,16 +96,6 @@ class Batch(NamedTuple):
     #: sensor -> [B, E] embeddings computed before the step (a frozen encoder's, see
     #: `LockstepTrainer._frozen_embeddings`); the model takes them instead of `x` there
     embeddings: dict[str, Tensor] | None = None
-
-
-class EncoderPlan(Protocol):
-    """Sensors whose encoder runs outside the model for some devices of a lock-step program
-    (`raymm.device.lockstep_encoders.SensorEncoders`)."""
-
-    def embeddings(self, params: Params, x: Mapping[str, Tensor], k: int
-                   ) -> dict[str, Tensor]: ...
-
-    def zero_grads(self, grads: MutableMapping[str, Tensor | None], params: Params) -> None: ...
 
 
 @dataclass
@@ -187,27 +195,28 @@ class LocalUpdate:
     """One round's local update of one device, or of a bucket of devices that share its Python
     structure (held sensors, trained groups, steps per epoch)."""
 
-    def __init__(self, call: ModuleCall, objective: Objective, training: TrainingSpec, *,
+    def __init__(self, call: ModuleCaller, objective: Objective, training: TrainingSpec, *,
                  use_adapter: bool, held: tuple[str, ...], extras: dict[str, Tensor],
                  round: int, groups: tuple[str, ...], unread: Mapping[str, int] | None = None,
-                 stacked: bool = False) -> None:
+                 steppers: Mapping[str, StepperFactory] | None = None) -> None:
         self.call, self.objective = call, objective
         #: sensor -> embedding width, for the sensors whose encoders are not run: the loss
         #: reads nothing made from them (`SequentialTrainer.unread`)
         self.unread = dict(unread or {})
         self.optimizer = FunctionalOptimizer(training)
-        #: lock-step (`params` are stacks along a device axis) under Adam: `StackedAdam` steps
-        #: the devices and adds the objective's proximal term, which the loss then leaves out
-        self.stacked_adam = stacked and self.optimizer.kind == "adam"
+        #: lock-step (`params` are stacks along a device axis): the optimizer that steps the
+        #: stacks itself, by optimizer kind (`steppers`), and adds the objective's proximal
+        #: term, which the loss then leaves out; None: `optimizer` steps, the loss holds it
+        self.stepper = (steppers or {}).get(self.optimizer.kind)
         self.forward_kw = {"use_adapter": use_adapter,
                            "split_adapter": use_adapter and bool(objective.split_adapter)}
         self.held, self.extras, self.round, self.groups = held, extras, round, groups
 
     def proximal_in_loss(self, trained: Iterable[str]) -> tuple[float, tuple[str, ...]]:
         """(c, names) of the objective's proximal term where `loss` holds it, (0, ()) where the
-        program adds it outside (`stacked_adam`) or there is none: what a hand-written step
+        program adds it outside (`stepper`) or there is none: what a hand-written step
         (`raymm.protocol.fast_paths`) must add itself."""
-        return (0.0, ()) if self.stacked_adam else self.objective.proximal(list(trained))
+        return (0.0, ()) if self.stepper is not None else self.objective.proximal(list(trained))
 
     def loss(self, train: Params, anchor: Params, fixed: Params, local: Params,
              batch: Batch, embeddings: Params | None = None) -> Tensor:
@@ -224,7 +233,7 @@ class LocalUpdate:
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
                                               anchor, self.extras, self.round, local,
                                               self.groups, batch.weight,
-                                              self.stacked_adam))
+                                              self.stepper is not None))
 
     def one_device(self, anchor: Params, local: Params) -> GradFn:
         """The loss and gradients of one device's minibatch; parameters not trained are the
@@ -236,129 +245,6 @@ class LocalUpdate:
             gs = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
             return loss.detach(), dict(zip(params, gs))
         return grads
-
-    def many_devices(self, anchor: Params, shared: Params, frozen: Params,
-                     local: Params, keeps: Mapping[str, Tensor] | None = None,
-                     encoders: EncoderPlan | None = None,
-                     closed: ClosedFormLoss | None = None,
-                     encoder_params: Mapping[str, list[str]] | None = None) -> GradFn:
-        """The loss and gradients of a bucket's minibatch, every device's at once: `params`,
-        `anchor`, `frozen` (untrained but per device), `local` and the batch are stacked
-        along the device axis; `shared` (untrained, the same for all) is not. `keeps`: per
-        parameter that not every device trains, bool [G] (True: the device trains it); the
-        others' gradients are zero, so an optimizer without weight decay leaves their values
-        exactly as they were. `encoders`: sensors whose encoder only some devices run on their
-        data (the others lack the sensor and do not train it). `closed`: the objective's loss
-        after the encoders in closed form (`raymm.protocol.fast_paths`), which then takes the
-        place of the model's fusion and heads and of `loss` under `vmap`, the encoders running
-        before it (`encode_devices`; `encoder_params`: each sensor's encoder's parameter
-        names), their gradients from the embeddings' by autograd. Without one, the encoders
-        `StackedEncoder` knows run before the vmapped loss too (`_outside_vmap`)."""
-        keeps, encoder_params = keeps or {}, encoder_params or {}
-        # the proximal term a closed-form loss leaves to the program
-        prox = self.proximal_in_loss(anchor) if closed is not None else (0.0, ())
-
-        def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
-                emb: Params) -> Tensor:
-            return self.loss(train, anc, {**shared, **frz}, loc, batch, emb)
-        losses_of = vmap(one)
-        stacked = (anchor, frozen, local)
-        rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
-        drops: dict[int, dict[str, Tensor]] = {}
-
-        def dropped_rows(k: int) -> dict[str, Tensor]:
-            """Per parameter some of the first k devices do not train: those devices. Their
-            gradient rows are zeroed by index, a few contiguous rows each, not by a
-            broadcast mask over the whole gradient (several times slower on a CPU)."""
-            if k not in drops:
-                idx = {n: (~keep[:k]).nonzero().flatten() for n, keep in keeps.items()}
-                drops[k] = {n: i for n, i in idx.items() if i.numel()}
-            return drops[k]
-
-        # with a closed-form loss autograd differentiates the encoders only
-        graded = None if closed is None else \
-            {n for names in encoder_params.values() for n in names}
-        outside: dict[str, tuple[nn.Module, list[str]]] | None = None   # by the first step
-
-        def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
-            nonlocal outside
-            # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
-            leaves = {n: p.detach().requires_grad_(True) if graded is None or n in graded
-                      else p for n, p in params.items()}
-            k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
-            if k not in rows:
-                rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
-            # embeddings made before the step reach the model as `emb` (vmap takes no None)
-            emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
-            if encoders is not None:
-                emb.update(encoders.embeddings(leaves, batch.x, k))
-            if outside is None:
-                outside = self._outside_vmap(encoder_params, leaves, closed is not None)
-            for m, (encoder, names) in outside.items():
-                if m not in emb:
-                    emb[m] = encode_devices(self.call, encoder, {n: leaves[n] for n in names},
-                                            batch.x[m])
-            gs: dict[str, Tensor | None]
-            if closed is not None:
-                loss, gs = self._closed_step(closed, leaves, emb, batch, rows[k][0], prox)
-            else:
-                loss = losses_of(leaves, *rows[k], batch, emb)
-                gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
-                                                          allow_unused=True)))
-            if encoders is not None:
-                encoders.zero_grads(gs, leaves)
-            for n, drop in dropped_rows(k).items():
-                g = gs.get(n)
-                if g is not None:
-                    gs[n] = g.index_fill(0, drop, 0.0)
-            return loss.detach(), gs
-        return grads
-
-    def _outside_vmap(self, encoder_names: Mapping[str, list[str]], params: Params,
-                      closed: bool) -> dict[str, tuple[nn.Module, list[str]]]:
-        """Sensor -> (encoder, its parameter names) for the encoders a lock-step step runs
-        before the loss (`encode_devices`), the model taking their embeddings: every read
-        sensor's with a closed-form loss; else those that `StackedEncoder` runs without vmap,
-        every weight trained (the same bits as inside the loss's vmap, less vmap's layers)."""
-        model = self.call.model
-        if not isinstance(model, RaymmNet) or not model.takes_embeddings:
-            assert not closed   # a loss after the encoders asks for embeddings
-            return {}
-        encoders = model.encoders
-        assert isinstance(encoders, nn.ModuleDict)   # `takes_embeddings` promises them
-        return {m: (encoders[m], list(encoder_names[m])) for m in model.sensors
-                if m not in self.unread and m in encoder_names
-                and (closed or (set(encoder_names[m]) <= params.keys()
-                                and StackedEncoder.of(self.call, encoders[m]) is not None))}
-
-    def _closed_step(self, closed: ClosedFormLoss, leaves: Params, emb: dict[str, Tensor],
-                     batch: Batch, anchor: Params, prox: tuple[float, tuple[str, ...]]
-                     ) -> tuple[Tensor, dict[str, Tensor | None]]:
-        """`many_devices`'s step through a closed-form loss: every sensor's embeddings (the
-        given ones, zeros for the unread; `emb` holds the rest), the loss and gradients from
-        `closed`, the encoders' gradients by autograd from the embeddings', and the proximal
-        term `prox` where the loss would hold it."""
-        assert batch.weight is not None   # a lock-step minibatch
-        k, rows = batch.y.shape
-        for m in self.unread:
-            emb[m] = torch.zeros((k, rows, self.unread[m]), device=batch.y.device)
-        with torch.no_grad():
-            loss, head, d_emb = closed(leaves, emb, batch.y, batch.present, batch.weight,
-                                       self.extras)
-        grads: dict[str, Tensor | None] = dict.fromkeys(leaves)
-        grads.update(head)
-        reached = [m for m in d_emb if emb[m].requires_grad]
-        wanted = [n for n, p in leaves.items() if n not in head and p.requires_grad]
-        if reached and wanted:
-            found = torch.autograd.grad([emb[m] for m in reached], [leaves[n] for n in wanted],
-                                        grad_outputs=[d_emb[m] for m in reached],
-                                        allow_unused=True)
-            grads.update(zip(wanted, found))
-        c, names = prox
-        if c:   # the step is written out here: nothing of the term is to be differentiated
-            with torch.no_grad():
-                loss = add_proximal(loss, grads, leaves, anchor, c, names, fresh=False)
-        return loss, grads
 
     def step(self, params: Params, state: OptimizerState, batch: Batch, grads_of: GradFn,
              keep_grads: bool = True) -> tuple[Params, OptimizerState, Tensor, Grads]:
@@ -379,12 +265,12 @@ class LocalUpdate:
         per epoch, most first, so the devices with a minibatch in a step are always a prefix).
         The others are set aside untouched -- parameters, optimizer state, gradient sums --
         and rejoin when a later minibatch (the next epoch's) is for them again, and at the
-        end: a device's numbers are those of its own steps only. Adam then steps every
-        device's parameters at once (`raymm.device.stacked_adam`), and adds the objective's
-        proximal term (`Objective.proximal`) there.
+        end: a device's numbers are those of its own steps only. An injected stepper
+        (`steppers`, lock-step Adam) steps every device's parameters at once instead, and adds
+        the objective's proximal term (`Objective.proximal`) there.
         """
-        if self.stacked_adam:
-            return self._run_stacked_adam(params, batches, grads_of, grad_sum)
+        if self.stepper is not None:
+            return self._run_stepper(self.stepper, params, batches, grads_of, grad_sum)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
         losses = []
@@ -402,35 +288,23 @@ class LocalUpdate:
         params, state, sums = aside.resize(None, params, state, sums)
         return UpdateResult(params, losses, sums)
 
-    def _run_stacked_adam(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
-                          grad_sum: bool) -> UpdateResult:
-        o = self.optimizer
-        adam = StackedAdam(params, o.lr, o.BETAS, o.EPS, o.weight_decay, grad_sum,
-                           self.objective.proximal(list(params)))
+    def _run_stepper(self, stepper: StepperFactory, params: Params, batches: Iterable[Batch],
+                     grads_of: GradFn, grad_sum: bool) -> UpdateResult:
+        """`run` through an injected stepper, which sets devices aside itself."""
+        opt = stepper(params, self.optimizer, grad_sum, self.objective.proximal(list(params)))
         losses = []
         for batch in batches:
             k = len(batch.y)
-            loss, grads = grads_of(adam.params(k), batch)
-            prox = adam.step(grads, k)
+            loss, grads = grads_of(opt.params(k), batch)
+            prox = opt.step(grads, k)
             losses.append(loss if prox is None else loss + prox)
-        return UpdateResult(adam.params(), losses, adam.grad_sums())
+        return UpdateResult(opt.params(), losses, opt.grad_sums())
 
 
-def add_proximal(loss: Tensor, grads: dict[str, Tensor | None], params: Params,
-                 anchor: Params, c: float, names: Iterable[str], *, fresh: bool) -> Tensor:
-    """A proximal term c·||θ - θ_received||² over `names` added to a hand-written step of
-    stacked devices: its gradient 2c(θ - θ_received) to `grads`, its value to each device's
-    `loss` [k], which is returned. `fresh`: every gradient is a tensor of the caller's own
-    making, no view and shared with no other, so the term is added into its memory; else
-    (gradients from `torch.autograd.grad`, which may be views of a buffer autograd made, or one
-    tensor handed to two parameters) each gets a new tensor, the same numbers."""
-    for n in names:
-        diff = params[n] - anchor[n]
-        g = grads.get(n)
-        grads[n] = diff.mul(2 * c) if g is None else \
-            g.add_(diff, alpha=2 * c) if fresh else g.add(diff, alpha=2 * c)
-        loss = loss + c * diff.square().flatten(1).sum(1)
-    return loss
+def memory_order(t: Tensor) -> tuple[int, ...]:
+    """`t`'s dimensions from outermost to innermost in memory (by stride; ties in order)."""
+    strides = t.stride()
+    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
 
 
 def _spare(grads: Grads, params: Params) -> set[str]:
@@ -448,8 +322,8 @@ def _spare(grads: Grads, params: Params) -> set[str]:
 class _SetAside:
     """The trailing devices of a lock-step bucket that have no minibatch in the current step,
     kept aside as they were (parameters, SGD's momentum buffers, gradient sums), the most
-    recently set aside last. Under Adam a program steps in `StackedAdam`, which sets rows
-    aside itself."""
+    recently set aside last. A program with an injected stepper (lock-step Adam) sets rows
+    aside in the stepper instead."""
 
     def __init__(self) -> None:
         #: (params, buf, sums), devices
@@ -462,7 +336,7 @@ class _SetAside:
             return params, state, sums
         if state.steps or state.m:
             raise ValueError("devices set aside with an Adam state: lock-step Adam is "
-                             "raymm.device.stacked_adam.StackedAdam")
+                             "an injected stepper (LocalUpdate's `steppers`)")
         n = next(iter(params.values())).shape[0]
         trees: tuple[Params, ...] = (params, state.buf, sums or {})
         if k is not None and k < n:   # devices k.. have no minibatch now

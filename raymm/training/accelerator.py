@@ -1,8 +1,9 @@
-"""Which torch device a host trains on (`execution.device`), decided in one place for the serial
-executor and for DeviceActors, and the settings that make training on CUDA repeat itself.
+"""The accelerator: which torch device a host trains on (`execution.device`), decided in one
+place for the serial executor and for DeviceActors, and the settings that make training on CUDA
+repeat itself.
 
 On the CPU the same seed gives bit-identical numbers whatever the packing, the executor or a
-resume. On CUDA, `choose_torch_device` puts torch in deterministic mode before the host puts
+resume. On CUDA, `choose_accelerator` puts torch in deterministic mode before the host puts
 anything on the GPU (`deterministic_cuda`): the same seed then gives the same numbers again on
 the same GPU model with the same torch, CUDA and cuDNN, for every model whose operations all
 have deterministic CUDA kernels. An operation that has none (torch's list: the backward of
@@ -27,14 +28,14 @@ CUBLAS_WORKSPACE_CONFIG = ":4096:8"
 #: the two values NVIDIA documents as deterministic
 DETERMINISTIC_WORKSPACES = (":4096:8", ":16:8")
 
-log = logging.getLogger("raymm.device")
+log = logging.getLogger("raymm.training.accelerator")
 
 
 class DeviceUnavailable(RaymmError):
     """`execution.device: cuda` where torch sees no usable GPU."""
 
 
-def choose_torch_device(requested: str, cuda_available: bool,
+def choose_accelerator(requested: str, cuda_available: bool,
                         gpu_ids: list[str] | None = None) -> tuple[str, str | None]:
     """The torch device, and a note when a GPU Ray assigned is not used.
 

@@ -18,14 +18,14 @@ from raymm import seeding
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.data.mapped import file_maps, is_memory_mapped, release_pages, tensor_view
-from raymm.device.local_update import Batch, LocalUpdate
-from raymm.device.module_call import ModuleCall
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
 from raymm.models.layout import BUFFERS
 from raymm.models.size import flops_per_sample
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
+from raymm.training._kernels.module_call import ModuleCall
+from raymm.training.local_update import Batch, LocalUpdate
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,17 @@ class SequentialTrainer:
     """Trains one device at a time on a shared module."""
 
     def __init__(self, dataset: Dataset, model_spec: ModelSpec, training: TrainingSpec,
-                 objective: Objective, seed: int, device: str = "cpu") -> None:
+                 objective: Objective, seed: int, accelerator: str = "cpu") -> None:
         self.dataset = dataset
         self.training = training
         self.objective = objective
         self.seed = seed
-        self.device = torch.device(device)  # a GPU when the DeviceActor was given one
+        #: the torch device it trains on: a GPU when the DeviceActor was given one
+        self.accelerator = torch.device(accelerator)
         self.model = build_model(dataset, model_spec, seed)
         self.layout = GroupLayout(self.model, model_spec.buffers)
         self.flops = flops_per_sample(self.model, dataset)
-        self.model.to(self.device)
+        self.model.to(self.accelerator)
         self.initial_local = (self.layout.flatten(self.model, [LOCAL])[LOCAL]
                               if LOCAL in self.layout.slots else None)
         # the model every device starts from (identical in every process: seeded build)
@@ -64,10 +65,10 @@ class SequentialTrainer:
         # in its files and only the rows of the devices trained here are read. On an
         # accelerator an in-memory split moves there once; a mapped one stays on the CPU, and
         # each device's rows travel (`rows`). Labels are small: they always move.
-        self.store = torch.device("cpu") if is_memory_mapped(dataset) else self.device
+        self.store = torch.device("cpu") if is_memory_mapped(dataset) else self.accelerator
         self.train_x = {m: tensor_view(dataset.train.x[m]).to(self.store)
                         for m in dataset.sensors}
-        self.train_y = tensor_view(dataset.train.y).to(self.device)
+        self.train_y = tensor_view(dataset.train.y).to(self.accelerator)
         # the memory maps of the inputs (none in memory) and the round that last read them
         self._maps = file_maps(dataset.train)
         self._reading: int | None = None
@@ -98,7 +99,8 @@ class SequentialTrainer:
             encoder.eval()   # a normalisation layer must not count the zero sample
             try:
                 with torch.no_grad():
-                    x = torch.zeros((1, *self.dataset.sensor_shape(sensor)), device=self.device)
+                    x = torch.zeros((1, *self.dataset.sensor_shape(sensor)),
+                                    device=self.accelerator)
                     self._widths[sensor] = int(encoder(x).shape[-1])
             finally:
                 encoder.train(mode)
@@ -108,13 +110,13 @@ class SequentialTrainer:
         """The training inputs of `sensor` at rows `idx` (int64, on any device), on the
         training device."""
         x = self.train_x[sensor]
-        return x.index_select(0, idx.to(x.device)).to(self.device)   # no-ops on one device
+        return x.index_select(0, idx.to(x.device)).to(self.accelerator)   # no-ops on one device
 
     def inputs(self, idx: torch.Tensor, held: np.ndarray) -> dict[str, torch.Tensor]:
         """Real inputs of held sensors; all-zero tensors for the sensors a device lacks."""
         n = idx.shape[0]
         return {m: self.rows(m, idx) if h else
-                torch.zeros((n,) + self.dataset.sensor_shape(m), device=self.device)
+                torch.zeros((n,) + self.dataset.sensor_shape(m), device=self.accelerator)
                 for m, h in zip(self.dataset.sensors, held)}
 
     def train(self, device: int, rnd: int, indices: np.ndarray, held: np.ndarray,
@@ -141,14 +143,14 @@ class SequentialTrainer:
         # tensors), so they stay the round's anchor until the trained values are copied back
         params = {n: own[n].detach() for n in names}
         anchor = {n: own[n].detach() for n in names}
-        extras = {k: torch.from_numpy(v).to(self.device) for k, v in broadcast.extras.items()}
+        extras = {k: torch.from_numpy(v).to(self.accelerator) for k, v in broadcast.extras.items()}
         state = state or {}
         dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
         finishes = objective.overrides(Objective.device_finish)
         before = layout.flatten(model, groups) if finishes else {}
         idx = torch.from_numpy(indices.astype(np.int64))
         xs, y = self.inputs(idx, held), self.train_y[idx]
-        held_t = torch.from_numpy(held.astype(np.float32)).to(self.device)
+        held_t = torch.from_numpy(held.astype(np.float32)).to(self.accelerator)
         held_names = tuple(m for m, h in zip(self.dataset.sensors, held) if h)
         update = LocalUpdate(self.call, objective, self.training, use_adapter=use_adapter,
                              held=held_names, extras=extras, round=rnd, groups=tuple(groups),

@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from torch._C import _functorch as _ft
 from torch.func import vmap
 
-from raymm.device.lockstep_conv import global_mean, grouped_conv, routing_convolutions
-from raymm.device.module_call import ModuleCall
 from raymm.models.encoders import Channels
+from raymm.training._kernels.lockstep_conv import global_mean, grouped_conv, routing_convolutions
+from raymm.training._kernels.module_call import ModuleCall
 
 Params = Mapping[str, Tensor]
 #: (params, physical tensor, its device axis, devices) -> (tensor, device axis)

@@ -1,7 +1,7 @@
 """Adam for a lock-step program: every device's parameters, moments and gradients in one
 buffer each, stepped by torch's fused Adam kernel.
 
-`raymm.device.local_update.FunctionalOptimizer` replays torch.optim.Adam's multi-tensor
+`raymm.training.local_update.FunctionalOptimizer` replays torch.optim.Adam's multi-tensor
 operations, seven passes over memory per step; on a lock-step program's stacks that was a fifth
 of a FedMChain round (49 devices, ~1M floats: ~3 ms a step, memory-bound). Here a program's
 trainable parameters live in one float32 buffer `[G, P]` (device-major: a device's parameters
@@ -18,7 +18,7 @@ shorter than a vector, whose scalar code rounds otherwise, and a row of `P` -- a
 `ROW_ALIGN` floats -- leaves no tail for a run of whole rows (measured: 1-60 devices, rows of
 64-38,400 floats, one and two threads; `tests/unit/test_local_optim.py`).
 
-Set aside (`raymm.device.local_update`, a device without a minibatch in a step): a step covers
+Set aside (`raymm.training.local_update`, a device without a minibatch in a step): a step covers
 rows `[:k]` only, so the rows after them stay as they were, with no copying. Per-device step
 counts give per-device bias corrections: a device's count, kept here, picks its run's `step`.
 A parameter the loss does not use gets no gradient in any step of a program (its structure is

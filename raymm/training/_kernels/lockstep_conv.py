@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch._C import _functorch as _ft
 
-from raymm.device.memory_layout import memory_order
 from raymm.models.encoders import Channels
+from raymm.training.local_update import memory_order
 
 #: the fewest input channels a call holds (all groups together): below 8, oneDNN takes a
 #: small-channel path (measured: 1 channel x 4 devices or 3 x 2 differ from 8 or 9 and more)
