@@ -7,11 +7,13 @@ runs the scenario on the serial executor without evaluations and prints the stea
 (median and mean over rounds 3..R: round 1 carries start-up, round 2 the first allocations of
 full size), per phase the milliseconds per steady round spent in it, and per round the devices
 whose lock-step program fell back to sequential training (a phase's time means little when
-some did; the trainer's warnings say why). Phases nest (the local
-update is part of the lock-step programs, which are part of the host's training), so they do
-not add up; what the host's training leaves of a round is the server's and the engine's. On Ray
-the host phases run in the DeviceActors, each on its share of the selected devices, and Ray's
-hops come on top (docs/cluster.md measures them).
+some did; the trainer's warnings say why). The phases are the regions the code marks with
+`raymm.phases.phase` (`PHASES` lists the ones reported), timed by a `PhaseClock`. Phases nest
+(the local update is part of the lock-step programs, which are part of the host's training), so
+they do not add up; what the host's training leaves of a round is the server's and the
+engine's. On Ray the host phases run in the DeviceActors, each on its share of the selected
+devices, and Ray's hops come on top (docs/cluster.md measures them). In a `torch.profiler`
+trace the same phases appear by name under `raymm.phases.recorded()`.
 
 `--kernels` also times torch's kernels inside the steady rounds, by kind (the encoders'
 convolutions forward and backward, matrix products, everything else), with their call counts;
@@ -35,63 +37,33 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-#: (module, class, method, what it is), outermost first
+from raymm.phases import PhaseClock
+
+#: (phase name, what it is), outermost first: the regions the code marks with
+#: `raymm.phases.phase`, read here by a `PhaseClock`
 PHASES = [
-    ("raymm.device.host", "DeviceHost", "train", "host: training (sequential)"),
-    ("raymm.device.lockstep_host", "LockstepHost", "train", "host: training (lock-step)"),
-    ("raymm.training.lockstep.trainer", "LockstepTrainer", "run", "  lock-step programs"),
-    ("raymm.training.local_update", "LocalUpdate", "run", "    local update (minibatch loop)"),
-    ("raymm.training.local_update", "FunctionalOptimizer", "step", "      optimizer steps"),
-    ("raymm.training._kernels.stacked_adam", "StackedAdam", "step",
-     "      optimizer steps (stacked Adam)"),
-    ("raymm.training.lockstep.trainer", "LockstepTrainer", "_frozen_embeddings",
-     "      frozen encoders (once a round)"),
-    ("raymm.training.lockstep.trainer", "LockstepTrainer", "_all_epoch_perms",
-     "    minibatch orders"),
-    ("raymm.training.lockstep.trainer", "LockstepTrainer", "_rows", "    rows out of the stacks"),
-    ("raymm.device.host", "DeviceHost", "_presum", "  block sums"),
-    ("raymm.server.server", "Server", "plan", "server: selection and schedule"),
-    ("raymm.server.server", "Server", "aggregate", "server: aggregation"),
+    ("host.train.sequential", "host: training (sequential)"),
+    ("host.train.lockstep", "host: training (lock-step)"),
+    ("lockstep.program", "  lock-step programs"),
+    ("local_update", "    local update (minibatch loop)"),
+    ("optimizer.step", "      optimizer steps"),
+    ("optimizer.step.stacked_adam", "      optimizer steps (stacked Adam)"),
+    ("lockstep.frozen_encoders", "      frozen encoders (once a round)"),
+    ("lockstep.minibatch_orders", "    minibatch orders"),
+    ("lockstep.rows", "    rows out of the stacks"),
+    ("host.block_sums", "  block sums"),
+    ("server.plan", "server: selection and schedule"),
+    ("server.aggregate", "server: aggregation"),
+    ("server.evaluate", "server: evaluation"),
 ]
 
 
-class PhaseTimer:
-    """Wall seconds spent in each of `PHASES`, while in its `with` block."""
-
-    def __init__(self) -> None:
-        self.seconds = {label: 0.0 for *_, label in PHASES}
-        self._undo: list[Callable[[], None]] = []
-
-    def __enter__(self) -> PhaseTimer:
-        for module, cls_name, method, label in PHASES:
-            cls = getattr(import_module(module), cls_name)
-            self._wrap(cls, method, label)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
-
-    def _wrap(self, cls: type, method: str, label: str) -> None:
-        own = cls.__dict__[method]
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return own(*args, **kwargs)
-            finally:
-                self.seconds[label] += time.perf_counter() - start
-
-        setattr(cls, method, timed)
-        self._undo.append(lambda: setattr(cls, method, own))
-
-    def reset(self) -> None:
-        self.seconds = dict.fromkeys(self.seconds, 0.0)
+def by_label(seconds: dict[str, float]) -> dict[str, float]:
+    """A clock's seconds per phase name as seconds per `PHASES` label, every label present."""
+    return {label: seconds.get(name, 0.0) for name, label in PHASES}
 
 
 #: kernel kinds `--kernels` reports, by the aten operations they hold
@@ -183,7 +155,7 @@ def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
 
     walls: list[float] = []
     counted: dict[str, float] = {}
-    with PhaseTimer() as timer:
+    with PhaseClock() as clock:
         def on_round(row: dict[str, Any]) -> None:
             if row["round"] > rounds:
                 return
@@ -191,11 +163,11 @@ def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
             if fallbacks is not None:
                 fallbacks.append(int(row.get("lockstep_fallbacks", 0)))
             if row["round"] == 2:
-                timer.reset()
+                clock.reset()
                 if kernels is not None:
                     kernels.on = True
             if row["round"] == rounds:
-                counted.update(timer.seconds)
+                counted.update(clock.seconds)
                 if kernels is not None:
                     kernels.on = False
 
@@ -203,7 +175,7 @@ def profile(scenario: Path, overrides: list[str], rounds: int, out: Path,
         with watch:
             run(scenario, [*overrides, f"rounds={rounds + 1}", "eval.every=1000000"], out=out,
                 executor="serial", on_round=on_round)
-    return walls, counted or timer.seconds
+    return walls, by_label(counted or clock.seconds)
 
 
 def kernel_report(kernels: KernelTimer, steady_rounds: int) -> str:

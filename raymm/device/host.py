@@ -22,6 +22,7 @@ from raymm.device.evaluation import ExtraPredictor, evaluate_device, unimodal_co
 from raymm.models import LOCAL
 from raymm.models.layout import BUFFERS
 from raymm.models.masked import evaluating
+from raymm.phases import phase
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
 from raymm.protocol import combine, exchange, privacy
@@ -116,6 +117,7 @@ class DeviceHost:
         on = self.ids[self.pop.online(t, self.ids)]
         return OnlineReport(on, self.pop.num_samples[on].astype(np.int64))
 
+    @phase("host.train.sequential")
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Train this host's selected devices in id order; a device that raises is recorded as
         failed (an error value), never propagated."""
@@ -256,6 +258,7 @@ class DeviceHost:
             states={d: st.to_record() for d in ids.tolist()
                     if (st := self.states.get(d)) is not None})
 
+    @phase("host.block_sums")
     def _presum(self, ids: np.ndarray, n: np.ndarray, rows: dict[str, np.ndarray],
                 positions: dict[str, np.ndarray]) -> dict[str, Partials]:
         """Replace the rows of devices in id blocks this host holds whole by the blocks'

@@ -12,6 +12,7 @@ import numpy as np
 
 from raymm.data.base import Dataset
 from raymm.device.host import DeviceHost, HostSpec
+from raymm.phases import phase
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
 from raymm.protocol import exchange
@@ -47,6 +48,7 @@ class LockstepHost(DeviceHost):
             return
         self.vec = LockstepTrainer(self.trainer, spec.training.vectorise_chunk)
 
+    @phase("host.train.lockstep")
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
         """Lock-step training of the selected devices, then `DeviceHost.train` hands out the
         outcomes: it recomputes each device's start vectors (`exchange.start_vectors` is pure)

@@ -18,6 +18,7 @@ from raymm.data.base import Dataset
 from raymm.data.mapped import file_maps, release_pages
 from raymm.models import GroupLayout
 from raymm.models.build import build_model
+from raymm.phases import phase
 from raymm.population.devices import Population
 from raymm.population.faults import stragglers
 from raymm.protocol.exchange import downloads, sync_window
@@ -105,6 +106,7 @@ class Server:
                 policies.schedule, policies.aggregator.combinable)
 
     # --- one round ------------------------------------------------------------------------
+    @phase("server.plan")
     def plan(self, t: int, reports: list[OnlineReport]) -> tuple[RoundPlan, Broadcast]:
         """Selection (who) and schedule (which groups); the payload to put in the store once.
         Round t's plan is made once: asked again (a run resumed after it was made ahead), the
@@ -165,6 +167,7 @@ class Server:
         """Global vectors, plus cluster models when the aggregator keeps them."""
         return Broadcast(t, self.params, extras, self.policies.aggregator.cluster_models())
 
+    @phase("server.aggregate")
     def aggregate(self, t: int, plan: RoundPlan, results: list[HostResult],
                   lost: np.ndarray | None = None) -> RoundRecord:
         """Merge the hosts' results (sorted by device id), drop stragglers, aggregate, and count
@@ -319,6 +322,7 @@ class Server:
         return self.sc.selection.k if self.clock is None else self.clock.k_select
 
     # --- evaluation -----------------------------------------------------------------------
+    @phase("server.evaluate")
     def evaluate(self, t: int) -> RoundRecord:
         """Global model on the pooled test split: all sensors, each tier's sensors, each sensor
         (and the confusion matrix of all sensors)."""

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from raymm.config.schema import TrainingSpec
+from raymm.phases import phase
 from raymm.protocol.seams import LossInputs, Objective
 
 Params = dict[str, Tensor]
@@ -121,6 +122,7 @@ class FunctionalOptimizer:
         self.lr, self.momentum, self.weight_decay = (training.lr, training.momentum,
                                                      training.weight_decay)
 
+    @phase("optimizer.step")
     def step(self, params: Params, grads: Grads, state: OptimizerState,
              spend: bool = False) -> tuple[Params, OptimizerState]:
         """`spend`: the caller is done with `grads`, so plain SGD may write the new parameters
@@ -255,6 +257,7 @@ class LocalUpdate:
                                             spend=not keep_grads)
         return params, state, loss, grads if keep_grads else {}
 
+    @phase("local_update")
     def run(self, params: Params, batches: Iterable[Batch], grads_of: GradFn,
             grad_sum: bool = False) -> UpdateResult:
         """The minibatch loop: `step` per minibatch, from a fresh optimizer state (as a device

@@ -1,11 +1,11 @@
 """The package order of docs/architecture.md, checked over every module.
 
 Each package's `__init__.py` says which packages it may import (`May import: ...`); `base` is
-raymm's three leaf modules (errors, seeding, units), which import nothing of raymm. The test
-fails on an import that runs back up the order, on an import cycle between modules (a package's
-`__init__` importing its own submodules is the one exemption), on a function-level import (of
-anything) that is not a deferral with its reason ("# deferred: why"), and on Ray outside
-`actors`.
+raymm's four leaf modules (errors, phases, seeding, units), which import nothing of raymm. The
+test fails on an import that runs back up the order, on an import cycle between modules (a
+package's `__init__` importing its own submodules is the one exemption), on a function-level
+import (of anything) that is not a deferral with its reason ("# deferred: why"), and on Ray
+outside `actors`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = ("raymm.errors", "raymm.seeding", "raymm.units")
+BASE = ("raymm.errors", "raymm.phases", "raymm.seeding", "raymm.units")
 #: the packages whose `__init__.py` declares what they may import
 PACKAGES = ["raymm." + p.parent.name for p in sorted((REPO / "raymm").glob("*/__init__.py"))] \
     + ["actors", "policies"]

@@ -27,7 +27,24 @@ def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
         "[0, 0, 0, 0, 0]" in text
 
 
+def test_a_sequential_round_is_timed_in_the_sequential_host(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": False})))
+    walls, seconds = script().profile(path, [], 3, tmp_path / "out")
+    host = seconds["host: training (sequential)"]
+    assert 0 < host <= walls[2] and seconds["host: training (lock-step)"] == 0.0
+    assert 0 < seconds["    local update (minibatch loop)"] <= host
+    assert seconds["  lock-step programs"] == 0.0
+
+
+def test_every_reported_phase_is_marked_in_the_code():
+    """The tool reads the regions by name: each name it reports is a `phase(...)` in raymm."""
+    source = "\n".join(p.read_text() for p in (REPO / "raymm").rglob("*.py"))
+    assert [name for name, _ in script().PHASES if f'phase("{name}")' not in source] == []
+
+
 def test_the_classes_are_left_as_they_were(tmp_path):
+    """Nothing is patched: the phases are the code's own regions."""
     from raymm.server.server import Server
     from raymm.training.local_update import LocalUpdate
 

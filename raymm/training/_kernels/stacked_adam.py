@@ -44,6 +44,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from raymm.phases import phase
+
 #: floats per device row: a multiple of every CPU vector width (AVX-512: 16 floats)
 ROW_ALIGN = 64
 
@@ -107,6 +109,7 @@ class StackedAdam:
         every = self._views_of(self.sum, self.sum.shape[0])
         return {n: v for n, v in every.items() if self.used.get(n)}
 
+    @phase("optimizer.step.stacked_adam")
     def step(self, grads: Mapping[str, Tensor | None], k: int) -> Tensor | None:
         """One Adam step of the first k devices (in place); the proximal term's value per
         device [k] before the step (None without one)."""

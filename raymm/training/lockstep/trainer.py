@@ -87,6 +87,7 @@ from torch.func import vmap
 
 from raymm import seeding
 from raymm.models import LOCAL
+from raymm.phases import phase
 from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
@@ -191,6 +192,7 @@ class LockstepTrainer:
         #: frozen encoders' embeddings from earlier rounds (`_frozen_embeddings`)
         self.frozen_cache = FrozenEmbeddingCache()
 
+    @phase("lockstep.program")
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
             upload: bool = True, active: tuple[str, ...] = ()) -> list[ChunkRun]:
         """One `ChunkRun` per lock-step program that ran; devices of a bucket that raised are
@@ -463,6 +465,7 @@ class LockstepTrainer:
         return self._rows_of(reqs, _padded(drawn, steps * self.base.training.batch_size),
                              steps)
 
+    @phase("lockstep.minibatch_orders")
     def _all_epoch_perms(self, seeds: list[int], sizes: np.ndarray, steps: int
                          ) -> list[Tensor]:
         """Every epoch's minibatch order, local positions [G, steps x B] (padding: 0), when
@@ -491,6 +494,7 @@ class LockstepTrainer:
                 out.append(m)
         return out
 
+    @phase("lockstep.frozen_encoders")
     def _frozen_embeddings(self, sensors: list[str], reqs: list[Request], helds: np.ndarray,
                            held_t: Tensor, shared: Params, frozen: Params,
                            training: list[int], own_steps: np.ndarray) -> dict[str, Tensor]:
@@ -623,6 +627,7 @@ class LockstepTrainer:
                 ps[i, :n] = pa
         return xs, ps
 
+    @phase("lockstep.rows")
     def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
               groups: list[str], params: Params, losses: Tensor, steps: np.ndarray,
               grad_sum: Params | None) -> ChunkRun:
