@@ -25,10 +25,9 @@ import itertools
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
-
-from fedmchain_table import PLAIN, _stat, columns, markdown, run_once, table_rows
 
 from policies.schedule.chain import ChainParams
 from policies.schedule.order import ORDER_RULES
@@ -37,6 +36,10 @@ from raymm.config.schema import apply_overrides, read_yaml
 from raymm.data import dataset_sensors
 from raymm.server.metrics import acc_at_budget
 from raymm.units import GIB
+
+# the fedmchain study's driver, in its folder beside this one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fedmchain"))
+from fedmchain_table import PLAIN, _stat, columns, markdown, run_once, table_rows  # noqa: E402
 
 
 def with_section(raw: dict[str, Any], section: str, **values: Any) -> dict[str, Any]:
