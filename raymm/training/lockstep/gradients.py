@@ -55,65 +55,84 @@ def many_devices(update: LocalUpdate, call: ModuleCall, anchor: Params, shared: 
     before it (`encode_devices`; `encoder_params`: each sensor's encoder's parameter
     names), their gradients from the embeddings' by autograd. Without one, the encoders
     `StackedEncoder` knows run before the vmapped loss too (`_outside_vmap`)."""
-    keeps, encoder_params = keeps or {}, encoder_params or {}
-    # the proximal term a closed-form loss leaves to the program
-    prox = update.proximal_in_loss(anchor) if closed is not None else (0.0, ())
+    return _ManyDevices(update, call, anchor, shared, frozen, local, keeps or {}, encoders,
+                        closed, encoder_params or {})
 
-    def one(train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
-            emb: Params) -> Tensor:
-        return update.loss(train, anc, {**shared, **frz}, loc, batch, emb)
-    losses_of = vmap(one)
-    stacked = (anchor, frozen, local)
-    rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
-    drops: dict[int, dict[str, Tensor]] = {}
 
-    def dropped_rows(k: int) -> dict[str, Tensor]:
-        """Per parameter some of the first k devices do not train: those devices. Their
-        gradient rows are zeroed by index, a few contiguous rows each, not by a
-        broadcast mask over the whole gradient (several times slower on a CPU)."""
-        if k not in drops:
-            idx = {n: (~keep[:k]).nonzero().flatten() for n, keep in keeps.items()}
-            drops[k] = {n: i for n, i in idx.items() if i.numel()}
-        return drops[k]
+class _ManyDevices:
+    """`many_devices`'s gradient function: state kept from step to step (each prefix's rows,
+    the rows to drop, the encoders run outside vmap, fixed at the first step)."""
 
-    # with a closed-form loss autograd differentiates the encoders only
-    graded = None if closed is None else \
-        {n for names in encoder_params.values() for n in names}
-    outside: dict[str, tuple[nn.Module, list[str]]] | None = None   # by the first step
+    def __init__(self, update: LocalUpdate, call: ModuleCall, anchor: Params, shared: Params,
+                 frozen: Params, local: Params, keeps: Mapping[str, Tensor],
+                 encoders: EncoderPlan | None, closed: ClosedFormLoss | None,
+                 encoder_params: Mapping[str, list[str]]) -> None:
+        self.update, self.call, self.shared, self.keeps = update, call, shared, keeps
+        self.encoders, self.closed, self.encoder_params = encoders, closed, encoder_params
+        # the proximal term a closed-form loss leaves to the program
+        self.prox = update.proximal_in_loss(anchor) if closed is not None else (0.0, ())
+        self.losses_of = vmap(self._one)
+        self.stacked = (anchor, frozen, local)
+        self.rows: dict[int, tuple[Params, ...]] = {}  # their first k devices' rows, by k
+        self.drops: dict[int, dict[str, Tensor]] = {}
+        # with a closed-form loss autograd differentiates the encoders only
+        self.graded = None if closed is None else \
+            {n for names in encoder_params.values() for n in names}
+        self.outside: dict[str, tuple[nn.Module, list[str]]] | None = None  # by the first step
 
-    def grads(params: Params, batch: Batch) -> tuple[Tensor, Grads]:
-        nonlocal outside
+    def _one(self, train: Params, anc: Params, frz: Params, loc: Params, batch: Batch,
+             emb: Params) -> Tensor:
+        return self.update.loss(train, anc, {**self.shared, **frz}, loc, batch, emb)
+
+    def __call__(self, params: Params, batch: Batch) -> tuple[Tensor, Grads]:
         # d(sum of the devices' losses)/d(device d's parameters) = device d's gradient
-        leaves = {n: p.detach().requires_grad_(True) if graded is None or n in graded
+        leaves = {n: p.detach().requires_grad_(True) if self.graded is None or n in self.graded
                   else p for n, p in params.items()}
         k = len(batch.y)   # the first k devices have this minibatch (`LocalUpdate.run`)
-        if k not in rows:
-            rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in stacked)
-        # embeddings made before the step reach the model as `emb` (vmap takes no None)
-        emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
-        if encoders is not None:
-            emb.update(encoders.embeddings(leaves, batch.x, k))
-        if outside is None:
-            outside = _outside_vmap(update, call, encoder_params, leaves, closed is not None)
-        for m, (encoder, names) in outside.items():
-            if m not in emb:
-                emb[m] = encode_devices(call, encoder, {n: leaves[n] for n in names},
-                                        batch.x[m])
+        if k not in self.rows:
+            self.rows[k] = tuple({n: t[:k] for n, t in d.items()} for d in self.stacked)
+        emb, batch = self._embeddings(leaves, batch, k)
         gs: dict[str, Tensor | None]
-        if closed is not None:
-            loss, gs = _closed_step(update, closed, leaves, emb, batch, rows[k][0], prox)
+        if self.closed is not None:
+            loss, gs = _closed_step(self.update, self.closed, leaves, emb, batch,
+                                    self.rows[k][0], self.prox)
         else:
-            loss = losses_of(leaves, *rows[k], batch, emb)
+            loss = self.losses_of(leaves, *self.rows[k], batch, emb)
             gs = dict(zip(leaves, torch.autograd.grad(loss.sum(), list(leaves.values()),
                                                       allow_unused=True)))
-        if encoders is not None:
-            encoders.zero_grads(gs, leaves)
-        for n, drop in dropped_rows(k).items():
+        if self.encoders is not None:
+            self.encoders.zero_grads(gs, leaves)
+        for n, drop in self._dropped_rows(k).items():
             g = gs.get(n)
             if g is not None:
                 gs[n] = g.index_fill(0, drop, 0.0)
         return loss.detach(), gs
-    return grads
+
+    def _embeddings(self, leaves: Params, batch: Batch, k: int
+                    ) -> tuple[dict[str, Tensor], Batch]:
+        """The embeddings made before the step: the batch's own, those of the encoders only
+        some devices run (`encoders`) and those run outside vmap; they reach the model as
+        `emb` (vmap takes no None)."""
+        emb, batch = dict(batch.embeddings or {}), batch._replace(embeddings={})
+        if self.encoders is not None:
+            emb.update(self.encoders.embeddings(leaves, batch.x, k))
+        if self.outside is None:
+            self.outside = _outside_vmap(self.update, self.call, self.encoder_params, leaves,
+                                         self.closed is not None)
+        for m, (encoder, names) in self.outside.items():
+            if m not in emb:
+                emb[m] = encode_devices(self.call, encoder, {n: leaves[n] for n in names},
+                                        batch.x[m])
+        return emb, batch
+
+    def _dropped_rows(self, k: int) -> dict[str, Tensor]:
+        """Per parameter some of the first k devices do not train: those devices. Their
+        gradient rows are zeroed by index, a few contiguous rows each, not by a
+        broadcast mask over the whole gradient (several times slower on a CPU)."""
+        if k not in self.drops:
+            idx = {n: (~keep[:k]).nonzero().flatten() for n, keep in self.keeps.items()}
+            self.drops[k] = {n: i for n, i in idx.items() if i.numel()}
+        return self.drops[k]
 
 
 def _outside_vmap(update: LocalUpdate, call: ModuleCall, encoder_names: Mapping[str, list[str]],

@@ -77,7 +77,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -100,9 +100,11 @@ from raymm.training._kernels.stacked_adam import StackedAdam
 from raymm.training.local_update import (
     Batch,
     FunctionalOptimizer,
+    GradFn,
     LocalUpdate,
     Params,
     StepperFactory,
+    UpdateResult,
 )
 from raymm.training.lockstep.closed_form import closed_form_grads
 from raymm.training.lockstep.encoders import SensorEncoders
@@ -155,6 +157,51 @@ class ChunkRun:
 
     def devices(self) -> np.ndarray:
         return np.array([r.device for r in self.reqs], np.int64)
+
+
+@dataclass
+class _Program:
+    """One lock-step program as planned before its first step (`LockstepTrainer._plan`)."""
+
+    reqs: list[Request]
+    rnd: int
+    groups: list[str]                   # the groups trained, stacked per device
+    names: list[str]                    # their parameters (and the adapter's)
+    sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
+    params: Params                      # trained: [G, ...] starting values
+    anchor: Params                      # the same, as received (the proximal term's anchor)
+    shared: Params                      # untrained, one tensor for every device
+    dev_frozen: Params                  # untrained but per device: [G, ...]
+    local_t: Params                     # the objective's device tensors, stacked
+    helds: np.ndarray                   # bool [G, M]: the sensors each device holds
+    per_held: list[tuple[str, ...]]     # the same by name, per device
+    held_t: Tensor                      # the same as float, on the accelerator
+    held_names: tuple[str, ...]         # sensors some device holds
+    keeps: dict[str, Tensor]            # per parameter not every device trains (`_keeps`)
+    sizes: np.ndarray                   # samples per device
+    own_steps: np.ndarray               # steps per epoch per device, most first
+    training: list[int]                 # per step of an epoch: the devices (a prefix) in it
+    unread: dict[str, int]              # sensors whose encoders are not run -> width
+
+    @property
+    def steps(self) -> int:
+        """Steps per epoch of the longest device."""
+        return int(self.own_steps[0])
+
+
+@dataclass
+class _Feed:
+    """How a program's minibatches are drawn (`LockstepTrainer._feed`)."""
+
+    weight: Tensor                                  # [G, steps, B]: 1 real row, 0 padding
+    augment: Callable[..., Any] | None              # the objective's, where it draws
+    data_aug: Callable[..., Any] | None             # the dataset's
+    aug_gens: list[torch.Generator]                 # the dataset augmentation's streams
+    gens: list[torch.Generator] = field(default_factory=list)   # per epoch draws; [] = drawn
+    all_rows: list[Tensor] = field(default_factory=list)   # every epoch's rows, drawn at once
+    frozen: list[str] = field(default_factory=list)        # sensors with round-long embeddings
+    positions: list[Tensor] = field(default_factory=list)  # per epoch: samples' positions
+    gathered: list[str] = field(default_factory=list)      # sensors whose inputs are gathered
 
 
 class LockstepTrainer:
@@ -252,19 +299,26 @@ class LockstepTrainer:
     # --- one lock-step program ------------------------------------------------------------
     def _train_chunk(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]
                      ) -> ChunkRun:
-        base, t = self.base, self.base.training
-        use_adapter = self.use_adapter
-        # every group any device of the chunk trains; in a program that mixes sensor sets, every
-        # group active this round: which parameters are trained (stacked per device) and which
-        # stay shared must not depend on which devices share the program (a shared weight is
-        # another kernel, hence other bits, than a stacked one)
-        trained = {g for r in reqs for g in r.groups}
-        if self.objective.mixes_sensor_sets:
-            trained |= set(self.active) - {LOCAL}
-        groups = [g for g in self.layout.slots if g in trained]
-        names = sorted(set(self.layout.names(groups + ([LOCAL] if use_adapter else []))))
-        if not names:
-            raise ValueError("no trainable parameters")
+        """One lock-step program: plan it, fix how its minibatches are drawn, pick its
+        gradient once, run the one local update over its batches, and hand back every
+        device's rows."""
+        prog = self._plan(reqs, rnd, extras)
+        feed = self._feed(prog)
+        update = LocalUpdate(self.base.call, self.objective, self.base.training,
+                             use_adapter=self.use_adapter, held=prog.held_names,
+                             extras=extras, round=rnd, groups=tuple(prog.groups),
+                             unread=prog.unread, steppers=STEPPERS)
+        grads_of = self._gradient(prog, feed, update)
+        with blocked_convolutions():   # a device's bits whatever its program's size
+            done = update.run(prog.params, self._batches(prog, feed), grads_of,
+                              grad_sum=self.objective.needs_grad_mean)
+        return self._finish(prog, done)
+
+    def _plan(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]) -> _Program:
+        """What the program trains and from where: its groups and parameters, every device's
+        starting values, held sensors, dropped gradients and steps per epoch."""
+        t = self.base.training
+        groups, names = self._trained(reqs)
         sources = [self._sources(r) for r in reqs]
         params, shared, dev_frozen = self._initial(sources, names)
         anchor = dict(params)
@@ -272,92 +326,121 @@ class LockstepTrainer:
         helds = np.stack([r.held for r in reqs])               # [G, M]
         per_held = [tuple(m for m, h in zip(self.sensors, held) if h) for held in helds]
         held_names = tuple(m for j, m in enumerate(self.sensors) if helds[:, j].any())
-        held_t = torch.from_numpy(helds.astype(np.float32)).to(base.accelerator)
+        held_t = torch.from_numpy(helds.astype(np.float32)).to(self.base.accelerator)
         keeps = self._keeps(reqs, names)
-        devices = np.array([r.device for r in reqs], np.int64)
-        seeds = seeding.torch_seeds(base.seed, rnd, devices, "batches")
-        data_aug = base.dataset.augment
-        aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, rnd, devices,
-                                                           "data_augment"))
-                    if data_aug is not None else [])
         sizes = np.array([r.indices.shape[0] for r in reqs])
         own_steps = -(-sizes // t.batch_size)            # per epoch; most first (`_buckets`)
         steps = int(own_steps[0])
         # how many devices (a prefix) have a minibatch in each step of an epoch
         training = (own_steps[None, :] > np.arange(steps)[:, None]).sum(1).tolist()
-        weight = self._weights(sizes, steps)             # [G, steps, B]: 1 real, 0 padding
+        # encoders the loss reads nothing from this round: not run (zero embeddings)
+        unread = self.base.unread(tuple(groups), held_names, extras)
+        return _Program(reqs, rnd, groups, names, sources, params, anchor, shared, dev_frozen,
+                        local_t, helds, per_held, held_t, held_names, keeps, sizes, own_steps,
+                        training, unread)
+
+    def _trained(self, reqs: list[Request]) -> tuple[list[str], list[str]]:
+        """(groups, parameter names) a program trains: every group any device of the chunk
+        trains; in a program that mixes sensor sets, every group active this round. Which
+        parameters are trained (stacked per device) and which stay shared must not depend on
+        which devices share the program (a shared weight is another kernel, hence other
+        bits, than a stacked one)."""
+        trained = {g for r in reqs for g in r.groups}
+        if self.objective.mixes_sensor_sets:
+            trained |= set(self.active) - {LOCAL}
+        groups = [g for g in self.layout.slots if g in trained]
+        names = sorted(set(self.layout.names(groups + ([LOCAL] if self.use_adapter else []))))
+        if not names:
+            raise ValueError("no trainable parameters")
+        return groups, names
+
+    def _feed(self, p: _Program) -> _Feed:
+        """How the program's minibatches are drawn, from each device's own streams as the
+        sequential path draws them. When nothing but the minibatch order draws from them,
+        every epoch's order is drawn now, and a frozen encoder's embeddings can be computed
+        once a round (inputs as stored); else each epoch draws its order as it comes."""
+        base = self.base
+        devices = np.array([r.device for r in p.reqs], np.int64)
+        seeds = seeding.torch_seeds(base.seed, p.rnd, devices, "batches")
+        data_aug = base.dataset.augment
+        aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, p.rnd, devices,
+                                                           "data_augment"))
+                    if data_aug is not None else [])
+        weight = self._weights(p.sizes, p.steps)             # [G, steps, B]: 1 real, 0 padding
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
-        # encoders the loss reads nothing from this round: not run (zero embeddings)
-        unread = base.unread(tuple(groups), held_names, extras)
-        frozen: list[str] = []
-        skipped: set[str] = set()
-        positions: list[Tensor] = []
+        f = _Feed(weight, augment, data_aug, aug_gens)
         if augment is None and data_aug is None:
-            # nothing but the minibatch order draws from a device's stream: draw every epoch's
-            # order now, in the sequential path's order, with one re-seeded generator
-            perms = self._all_epoch_perms(seeds, sizes, steps)
-            all_rows = [self._rows_of(reqs, p, steps) for p in perms]
-            gens = []
-            # inputs as stored: a frozen encoder's embeddings can be computed once a round
-            frozen = [m for m in self._frozen_sensors(names, helds) if m not in unread]
-            skipped = set(unread)   # nothing reads their inputs either
+            # draw every epoch's order now, in the sequential path's order, with one re-seeded
+            # generator
+            perms = self._all_epoch_perms(seeds, p.sizes, p.steps)
+            f.all_rows = [self._rows_of(p.reqs, q, p.steps) for q in perms]
+            f.frozen = [m for m in self._frozen_sensors(p.names, p.helds) if m not in p.unread]
+            skipped = set(p.unread)   # nothing reads their inputs either
             # the samples' positions where the embeddings are (`_rows_of` reads `perms` on CPU)
-            positions = [p.to(base.accelerator) for p in perms] if frozen else []
+            f.positions = [q.to(base.accelerator) for q in perms] if f.frozen else []
         else:
-            gens = seeding.generators(seeds)
-        gathered = [m for m in self.sensors if m not in frozen and m not in skipped]
-        bs = t.batch_size
+            f.gens, skipped = seeding.generators(seeds), set()
+        f.gathered = [m for m in self.sensors if m not in f.frozen and m not in skipped]
+        return f
 
-        def batches() -> Iterator[Batch]:
-            # inside the program's convolution context, as the steps' own encoders run
-            cached = self._frozen_embeddings(frozen, reqs, helds, held_t, shared, dev_frozen,
-                                             training, own_steps)
-            for epoch in range(t.local_epochs):
-                # [G, steps, B] rows of the split
-                rows = all_rows[epoch] if not gens else \
-                    self._epoch_rows(reqs, gens, sizes, steps)
-                for s, k in enumerate(training):
-                    xb, present = self._inputs(rows[:k, s], helds[:k], held_t[:k], gathered)
-                    y = base.train_y.index_select(0, rows[:k, s].reshape(-1)).view(k, -1)
-                    if augment is not None or data_aug is not None:
-                        xb, present = self._augment(augment, data_aug, xb, present,
-                                                    weight[:k, s], per_held[:k], gens[:k],
-                                                    aug_gens[:k])
-                    emb = None
-                    if cached:   # each sample's frozen embedding, by its local position
-                        at = positions[epoch][:k, s * bs:(s + 1) * bs]
-                        emb = {m: c[:k].gather(1, at[:, :, None].expand(-1, -1, c.shape[2]))
-                               for m, c in cached.items()}
-                    yield Batch(xb, y, present, weight[:k, s], emb)
+    def _batches(self, p: _Program, f: _Feed) -> Iterator[Batch]:
+        """The program's minibatches, epoch by epoch and step by step, each for the prefix of
+        devices that have one (run inside the program's convolution context, as the steps'
+        own encoders run)."""
+        bs = self.base.training.batch_size
+        cached = self._frozen_embeddings(f.frozen, p)
+        for epoch in range(self.base.training.local_epochs):
+            # [G, steps, B] rows of the split
+            rows = f.all_rows[epoch] if not f.gens else \
+                self._epoch_rows(p.reqs, f.gens, p.sizes, p.steps)
+            for s, k in enumerate(p.training):
+                batch = self._minibatch(p, f, rows[:k, s], s, k)
+                if cached:   # each sample's frozen embedding, by its local position
+                    at = f.positions[epoch][:k, s * bs:(s + 1) * bs]
+                    batch = batch._replace(embeddings={
+                        m: c[:k].gather(1, at[:, :, None].expand(-1, -1, c.shape[2]))
+                        for m, c in cached.items()})
+                yield batch
 
-        update = LocalUpdate(base.call, self.objective, t, use_adapter=use_adapter,
-                             held=held_names, extras=extras, round=rnd, groups=tuple(groups),
-                             unread=unread, steppers=STEPPERS)
-        encoders = self._encoder_plan(helds, names, keeps)
+    def _minibatch(self, p: _Program, f: _Feed, rows: Tensor, s: int, k: int) -> Batch:
+        """Step s's minibatch of the first k devices (`rows` [k, B]), augmented as the
+        sequential path augments it."""
+        xb, present = self._inputs(rows, p.helds[:k], p.held_t[:k], f.gathered)
+        y = self.base.train_y.index_select(0, rows.reshape(-1)).view(k, -1)
+        if f.augment is not None or f.data_aug is not None:
+            xb, present = self._augment(f.augment, f.data_aug, xb, present, f.weight[:k, s],
+                                        p.per_held[:k], f.gens[:k], f.aug_gens[:k])
+        return Batch(xb, y, present, f.weight[:k, s], None)
+
+    def _gradient(self, p: _Program, f: _Feed, update: LocalUpdate) -> GradFn:
+        """The program's gradient, picked once: a model and loss known in closed form skip
+        autograd (`raymm.training.lockstep.closed_form`); else `gradients.many_devices`, with
+        the objective's loss after the encoders in closed form where one is registered
+        (`raymm.protocol.fast_paths`), else the loss under vmap and autograd (the encoders
+        `StackedEncoder` knows outside it)."""
+        keeps = p.keeps
+        encoders = self._encoder_plan(p.helds, p.names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
-        # a model and loss known in closed form skip autograd
-        # (`raymm.training.lockstep.closed_form`),
-        # else an objective's loss after the encoders may (`raymm.protocol.fast_paths`)
-        grads_of = closed_form_grads(
-            self.model, self.objective, params, anchor,
-            proximal=update.proximal_in_loss(names),
-            plain=(t.closed_form and not (local_t or keeps or encoders or unread or frozen
-                                          or use_adapter))) \
-            or many_devices(update, base.call, anchor, shared, dev_frozen, local_t, keeps,
-                            encoders, self._closed_loss(names, frozen, unread, local_t),
+        plain = self.base.training.closed_form and not (
+            p.local_t or keeps or encoders or p.unread or f.frozen or self.use_adapter)
+        return closed_form_grads(self.model, self.objective, p.params, p.anchor,
+                                 proximal=update.proximal_in_loss(p.names), plain=plain) \
+            or many_devices(update, self.base.call, p.anchor, p.shared, p.dev_frozen,
+                            p.local_t, keeps, encoders,
+                            self._closed_loss(p.names, f.frozen, p.unread, p.local_t),
                             self.encoder_params)
-        with blocked_convolutions():   # a device's bits whatever its program's size
-            done = update.run(params, batches(), grads_of,
-                              grad_sum=self.objective.needs_grad_mean)
-        losses = torch.zeros((len(reqs), len(done.losses)), dtype=torch.float64,
-                             device=base.accelerator)
+
+    def _finish(self, p: _Program, done: UpdateResult) -> ChunkRun:
+        """The trained program as rows: each device's losses of its own steps, then zeros."""
+        losses = torch.zeros((len(p.reqs), len(done.losses)), dtype=torch.float64,
+                             device=self.base.accelerator)
         for i, loss in enumerate(done.losses):   # a device's own steps; zeros after them
             losses[:len(loss), i] = loss
-        return self._rows(reqs, sources, groups, done.params, losses,
-                          own_steps * t.local_epochs, done.grad_sum)
+        return self._rows(p.reqs, p.sources, p.groups, done.params, losses,
+                          p.own_steps * self.base.training.local_epochs, done.grad_sum)
 
     def _closed_loss(self, names: list[str], frozen: list[str], unread: Mapping[str, int],
                      local_t: Params) -> ClosedFormLoss | None:
@@ -495,9 +578,7 @@ class LockstepTrainer:
         return out
 
     @phase("lockstep.frozen_encoders")
-    def _frozen_embeddings(self, sensors: list[str], reqs: list[Request], helds: np.ndarray,
-                           held_t: Tensor, shared: Params, frozen: Params,
-                           training: list[int], own_steps: np.ndarray) -> dict[str, Tensor]:
+    def _frozen_embeddings(self, sensors: list[str], p: _Program) -> dict[str, Tensor]:
         """sensor -> [G, steps x B, E]: every device's embedding of each of its samples (by
         local position) under its frozen encoder, computed once for the round instead of once
         per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
@@ -508,49 +589,60 @@ class LockstepTrainer:
         (`frozen_cache`); the others are computed in calls of their own."""
         if not sensors:
             return {}
-        g, bs, steps = len(reqs), self.base.training.batch_size, len(training)
+        g, bs, steps = len(p.reqs), self.base.training.batch_size, len(p.training)
         order = torch.arange(steps * bs).expand(g, -1)
-        rows = self._rows_of(reqs, order, steps)            # [G, steps, B], positions in order
+        rows = self._rows_of(p.reqs, order, steps)          # [G, steps, B], positions in order
+        return {m: self._frozen_sensor(m, p, rows) for m in sensors}
+
+    def _frozen_sensor(self, m: str, p: _Program, rows: Tensor) -> Tensor:
+        """`_frozen_embeddings` of one sensor: the kept ones, the others computed and kept."""
+        g, bs = len(p.reqs), self.base.training.batch_size
+        common = {n: p.shared[n] for n in self.encoder_params[m] if n in p.shared}
+        own = {n: p.dev_frozen[n] for n in self.encoder_params[m] if n in p.dev_frozen}
+        # devices whose embeddings an earlier round computed with these very weights
+        own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
+        holds = p.helds[:, self.sensors.index(m)].tolist()
+        kept = self.frozen_cache.lookup(m, [r.device for r in p.reqs], common, own_rows,
+                                        [r.indices for r in p.reqs], holds, bs)
+        todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
+        # (devices, positions, embeddings): the kept ones, then those computed step by step
+        parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
+            (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
+        parts += self._encode_steps(m, p, rows, common, own, todo)
+        # positions no step reads stay zero (a program has at least one device)
+        cache = parts[0][2].new_zeros((g, len(p.training) * bs, parts[0][2].shape[-1]))
+        for at_rows, positions, e in parts:
+            cache[at_rows, positions] = e
+        self.frozen_cache.store(m, [p.reqs[i].device for i in todo],
+                                [own_rows[i] for i in todo], [p.reqs[i].indices for i in todo],
+                                [holds[i] for i in todo], bs,
+                                [cache[i, :p.own_steps[i] * bs] for i in todo])
+        return cache
+
+    def _encode_steps(self, m: str, p: _Program, rows: Tensor, common: Params, own: Params,
+                      todo: list[int]) -> list[tuple[slice | Tensor, slice, Tensor]]:
+        """(devices, positions, embeddings) of the devices `todo` under sensor m's frozen
+        encoder, in calls of the steps' own shapes."""
         call, encoders = self.base.call, self.model.encoders
         assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
-        out = {}
-        for m in sensors:
-            common = {n: shared[n] for n in self.encoder_params[m] if n in shared}
-            own = {n: frozen[n] for n in self.encoder_params[m] if n in frozen}
+        bs = self.base.training.batch_size
 
-            def encode(per: Params, x: Tensor, m: str = m, common: Params = common) -> Tensor:
-                return call.run({**common, **per}, encoders[m], x)
-            # devices whose embeddings an earlier round computed with these very weights
-            own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
-            holds = helds[:, self.sensors.index(m)].tolist()
-            kept = self.frozen_cache.lookup(m, [r.device for r in reqs], common, own_rows,
-                                            [r.indices for r in reqs], holds, bs)
-            todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
-            pick = torch.tensor(todo, dtype=torch.long, device=self.base.accelerator)
-            # (devices, positions, embeddings): the kept ones, then those computed step by step
-            parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
-                (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
-            with torch.no_grad():
-                for s, k in enumerate(training):
-                    # the devices to compute that have a minibatch at step s (the first k
-                    # devices have one); all of them: views of the stacks, not copies
-                    left = bisect.bisect_left(todo, k)
-                    if not left:
-                        break   # fewer devices at each later step
-                    at: slice | Tensor = slice(None, k) if left == k else pick[:left]
-                    x = self._inputs(rows[at, s], helds[todo[:left]], held_t[at], [m])[0][m]
-                    e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
-                    parts.append((at, slice(s * bs, (s + 1) * bs), e))
-            # positions no step reads stay zero (a program has at least one device)
-            cache = parts[0][2].new_zeros((g, steps * bs, parts[0][2].shape[-1]))
-            for at_rows, positions, e in parts:
-                cache[at_rows, positions] = e
-            self.frozen_cache.store(m, [reqs[i].device for i in todo],
-                                    [own_rows[i] for i in todo], [reqs[i].indices for i in todo],
-                                    [holds[i] for i in todo], bs,
-                                    [cache[i, :own_steps[i] * bs] for i in todo])
-            out[m] = cache
-        return out
+        def encode(per: Params, x: Tensor) -> Tensor:
+            return call.run({**common, **per}, encoders[m], x)
+        pick = torch.tensor(todo, dtype=torch.long, device=self.base.accelerator)
+        parts: list[tuple[slice | Tensor, slice, Tensor]] = []
+        with torch.no_grad():
+            for s, k in enumerate(p.training):
+                # the devices to compute that have a minibatch at step s (the first k
+                # devices have one); all of them: views of the stacks, not copies
+                left = bisect.bisect_left(todo, k)
+                if not left:
+                    break   # fewer devices at each later step
+                at: slice | Tensor = slice(None, k) if left == k else pick[:left]
+                x = self._inputs(rows[at, s], p.helds[todo[:left]], p.held_t[at], [m])[0][m]
+                e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
+                parts.append((at, slice(s * bs, (s + 1) * bs), e))
+        return parts
 
     def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
         """Dataset rows of the devices' permuted local positions (padding: each device's first
