@@ -91,11 +91,7 @@ from raymm.phases import phase
 from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
-from raymm.training._kernels.lockstep_conv import (
-    blocked_convolutions,
-    interleaved_rows,
-    takes_interleaved,
-)
+from raymm.training._kernels.lockstep_conv import blocked_convolutions
 from raymm.training._kernels.stacked_adam import StackedAdam
 from raymm.training.local_update import (
     Batch,
@@ -106,6 +102,7 @@ from raymm.training.local_update import (
     StepperFactory,
     UpdateResult,
 )
+from raymm.training.lockstep.batches import Minibatches
 from raymm.training.lockstep.closed_form import closed_form_grads
 from raymm.training.lockstep.encoders import SensorEncoders
 from raymm.training.lockstep.fallback import fallback_error, strict
@@ -184,6 +181,11 @@ class _Program:
     unread: dict[str, int]              # sensors whose encoders are not run -> width
 
     @property
+    def indices(self) -> list[np.ndarray]:
+        """Each device's sample indices."""
+        return [r.indices for r in self.reqs]
+
+    @property
     def steps(self) -> int:
         """Steps per epoch of the longest device."""
         return int(self.own_steps[0])
@@ -230,12 +232,8 @@ class LockstepTrainer:
         self.bcast_extras: dict[str, np.ndarray] = {}
         self.upload = True
         self.active: tuple[str, ...] = ()
-        encoders = getattr(self.model, "encoders", None)
-        #: sensors whose minibatches are gathered device-interleaved (from contiguous inputs:
-        #: their samples' time steps are then rows of one matrix)
-        self.interleaved = {m for m in self.sensors if isinstance(encoders, torch.nn.ModuleDict)
-                            and m in encoders and base.train_x[m].is_contiguous()
-                            and takes_interleaved(encoders[m], base.dataset.sensor_shape(m))}
+        #: minibatch orders, rows and inputs, drawn as the sequential path draws them
+        self.data = Minibatches(base)
         #: frozen encoders' embeddings from earlier rounds (`_frozen_embeddings`)
         self.frozen_cache = FrozenEmbeddingCache()
 
@@ -366,7 +364,7 @@ class LockstepTrainer:
         aug_gens = (seeding.generators(seeding.torch_seeds(base.seed, p.rnd, devices,
                                                            "data_augment"))
                     if data_aug is not None else [])
-        weight = self._weights(p.sizes, p.steps)             # [G, steps, B]: 1 real, 0 padding
+        weight = self.data.weights(p.sizes, p.steps)             # [G, steps, B]: 1 real, 0 padding
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
@@ -374,11 +372,11 @@ class LockstepTrainer:
         if augment is None and data_aug is None:
             # draw every epoch's order now, in the sequential path's order, with one re-seeded
             # generator
-            perms = self._all_epoch_perms(seeds, p.sizes, p.steps)
-            f.all_rows = [self._rows_of(p.reqs, q, p.steps) for q in perms]
+            perms = self.data.all_epoch_perms(seeds, p.sizes, p.steps)
+            f.all_rows = [self.data.rows_of(p.indices, q, p.steps) for q in perms]
             f.frozen = [m for m in self._frozen_sensors(p.names, p.helds) if m not in p.unread]
             skipped = set(p.unread)   # nothing reads their inputs either
-            # the samples' positions where the embeddings are (`_rows_of` reads `perms` on CPU)
+            # the samples' positions where the embeddings are (`rows_of` reads `perms` on CPU)
             f.positions = [q.to(base.accelerator) for q in perms] if f.frozen else []
         else:
             f.gens, skipped = seeding.generators(seeds), set()
@@ -394,7 +392,7 @@ class LockstepTrainer:
         for epoch in range(self.base.training.local_epochs):
             # [G, steps, B] rows of the split
             rows = f.all_rows[epoch] if not f.gens else \
-                self._epoch_rows(p.reqs, f.gens, p.sizes, p.steps)
+                self.data.epoch_rows(p.indices, f.gens, p.sizes, p.steps)
             for s, k in enumerate(p.training):
                 batch = self._minibatch(p, f, rows[:k, s], s, k)
                 if cached:   # each sample's frozen embedding, by its local position
@@ -407,10 +405,10 @@ class LockstepTrainer:
     def _minibatch(self, p: _Program, f: _Feed, rows: Tensor, s: int, k: int) -> Batch:
         """Step s's minibatch of the first k devices (`rows` [k, B]), augmented as the
         sequential path augments it."""
-        xb, present = self._inputs(rows, p.helds[:k], p.held_t[:k], f.gathered)
+        xb, present = self.data.inputs(rows, p.helds[:k], p.held_t[:k], f.gathered)
         y = self.base.train_y.index_select(0, rows.reshape(-1)).view(k, -1)
         if f.augment is not None or f.data_aug is not None:
-            xb, present = self._augment(f.augment, f.data_aug, xb, present, f.weight[:k, s],
+            xb, present = self.data.augment(f.augment, f.data_aug, xb, present, f.weight[:k, s],
                                         p.per_held[:k], f.gens[:k], f.aug_gens[:k])
         return Batch(xb, y, present, f.weight[:k, s], None)
 
@@ -539,31 +537,6 @@ class LockstepTrainer:
         return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.accelerator)
                 for k in sorted(keys)}
 
-    def _epoch_rows(self, reqs: list[Request], gens: list[torch.Generator],
-                    sizes: np.ndarray, steps: int) -> Tensor:
-        """One epoch's minibatch rows of every device, drawn from its own
-        `(seed, round, device, "batches")` generator exactly as the sequential path draws them
-        (per epoch, after the previous epoch's augmentation draws), padded to the batch size."""
-        drawn = [torch.randperm(n, generator=gen) for gen, n in zip(gens, sizes.tolist())]
-        return self._rows_of(reqs, _padded(drawn, steps * self.base.training.batch_size),
-                             steps)
-
-    @phase("lockstep.minibatch_orders")
-    def _all_epoch_perms(self, seeds: list[int], sizes: np.ndarray, steps: int
-                         ) -> list[Tensor]:
-        """Every epoch's minibatch order, local positions [G, steps x B] (padding: 0), when
-        nothing else draws from the devices' streams: each device's epochs are consecutive
-        draws of its own stream (`_rows_of` turns them into the rows `_epoch_rows` gives)."""
-        epochs = self.base.training.local_epochs
-        width = steps * self.base.training.batch_size
-        gen = torch.Generator()
-        seed, randperm = gen.manual_seed, torch.randperm
-        # device by device, its epochs in order (`manual_seed` returns the generator)
-        drawn = [randperm(n, generator=seed(s) if e == 0 else gen)
-                 for s, n in zip(seeds, sizes.tolist()) for e in range(epochs)]
-        perms = _padded(drawn, width).view(len(sizes), epochs, width).transpose(0, 1)
-        return [perms[e] for e in range(epochs)]
-
     def _frozen_sensors(self, names: list[str], helds: np.ndarray) -> list[str]:
         """Sensors held by some device of the program whose encoder no device trains (MCFT's
         earlier modalities): their embeddings do not change during the round."""
@@ -591,7 +564,7 @@ class LockstepTrainer:
             return {}
         g, bs, steps = len(p.reqs), self.base.training.batch_size, len(p.training)
         order = torch.arange(steps * bs).expand(g, -1)
-        rows = self._rows_of(p.reqs, order, steps)          # [G, steps, B], positions in order
+        rows = self.data.rows_of(p.indices, order, steps)   # [G, steps, B], positions in order
         return {m: self._frozen_sensor(m, p, rows) for m in sensors}
 
     def _frozen_sensor(self, m: str, p: _Program, rows: Tensor) -> Tensor:
@@ -639,85 +612,10 @@ class LockstepTrainer:
                 if not left:
                     break   # fewer devices at each later step
                 at: slice | Tensor = slice(None, k) if left == k else pick[:left]
-                x = self._inputs(rows[at, s], p.helds[todo[:left]], p.held_t[at], [m])[0][m]
+                x = self.data.inputs(rows[at, s], p.helds[todo[:left]], p.held_t[at], [m])[0][m]
                 e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
                 parts.append((at, slice(s * bs, (s + 1) * bs), e))
         return parts
-
-    def _rows_of(self, reqs: list[Request], perms: Tensor, steps: int) -> Tensor:
-        """Dataset rows of the devices' permuted local positions (padding: each device's first
-        row, weighted 0), as [G, steps, B]."""
-        local = _left_aligned(np.concatenate([r.indices for r in reqs]),
-                              np.array([r.indices.shape[0] for r in reqs]), perms.shape[1])
-        rows = torch.from_numpy(local).gather(1, perms)
-        return rows.view(len(reqs), steps, -1).to(self.base.accelerator)
-
-    def _weights(self, sizes: np.ndarray, steps: int) -> Tensor:
-        bs = self.base.training.batch_size
-        real = (np.arange(steps * bs)[None, :] < sizes[:, None]).astype(np.float32)
-        return torch.from_numpy(real.reshape(len(sizes), steps, bs)).to(self.base.accelerator)
-
-    def _inputs(self, rows: Tensor, helds: np.ndarray, held_t: Tensor,
-                sensors: list[str] | None = None) -> tuple[dict[str, Tensor], Tensor]:
-        """Each device's minibatch [G, B, ...] per sensor (of `sensors`, default all),
-        all-zero for a sensor it lacks (`helds` [G, M]), and the presence mask [G, B, M]."""
-        base = self.base
-        g, b = rows.shape
-        flat = rows.reshape(-1)
-        xb = {}
-        for j, m in enumerate(self.sensors):
-            if sensors is not None and m not in sensors:
-                continue
-            shape = (g, b) + base.dataset.sensor_shape(m)
-            if not helds[:, j].any():
-                xb[m] = torch.zeros(shape[2:], device=base.accelerator).expand(shape)
-                continue
-            if m in self.interleaved:   # see `lockstep_conv.takes_interleaved`
-                store = base.train_x[m]
-                x = interleaved_rows(store, rows.to(store.device)).to(base.accelerator)
-            else:
-                x = base.rows(m, flat).view(shape)
-            if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
-                lacks = torch.from_numpy(np.flatnonzero(~helds[:, j])).to(base.accelerator)
-                # a fresh gather; by index, a device's rows at a time (a broadcast mask over
-                # the whole minibatch took 8x as long on a CPU)
-                x.index_fill_(0, lacks, 0.0)
-            xb[m] = x
-        return xb, held_t[:, None, :].expand(g, b, -1)
-
-    def _augment(self, augment: Callable[..., Any] | None, data_aug: Callable[..., Any] | None,
-                 xb: dict[str, Tensor], present: Tensor, weight: Tensor,
-                 per_held: list[tuple[str, ...]], gens: list[torch.Generator],
-                 aug_gens: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
-        """The objective's augmentation, then the dataset's, device by device with each
-        device's own generators and held sensors, on the real rows only (as the sequential
-        path calls them); padding rows stay as they are. A hook that hands back the very
-        tensor it was given changed nothing: only what it replaced is written (into a copy
-        of that sensor's, or the presence mask's, stack)."""
-        real = weight.sum(1).to(torch.int64).tolist()
-        xs, ps = dict(xb), present   # a stack is copied on its first write
-        # each device's rows as views made in one call per stack; sliced where there is padding
-        rows, p_rows = {m: x.unbind(0) for m, x in xb.items()}, present.unbind(0)
-        b = weight.shape[1]
-        for i, gen in enumerate(gens):
-            n = real[i]
-            given = {m: r[i] if n == b else r[i][:n] for m, r in rows.items()}
-            given_p = p_rows[i] if n == b else p_rows[i][:n]
-            xa, pa = given, given_p
-            if augment is not None:
-                xa, pa = augment(xa, pa, per_held[i], self.sensors, gen)
-            if data_aug is not None:
-                xa = data_aug(xa, per_held[i], aug_gens[i])
-            for m in xb:
-                if xa[m] is not given[m]:
-                    if xs[m] is xb[m]:
-                        xs[m] = xb[m].clone()
-                    xs[m][i, :n] = xa[m]
-            if pa is not given_p:
-                if ps is present:
-                    ps = present.clone()
-                ps[i, :n] = pa
-        return xs, ps
 
     @phase("lockstep.rows")
     def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],
@@ -792,23 +690,3 @@ class LockstepTrainer:
         held_t = torch.from_numpy(r.held.astype(np.float32)).to(base.accelerator)
         return dict(report(self.model, base.inputs(idx, r.held), base.train_y[idx], held_t,
                            self.use_adapter))
-
-
-def _padded(drawn: list[Tensor], width: int) -> Tensor:
-    """The draws as rows of one [len(drawn), width] matrix, padded with 0 (an indexed write
-    per device cost more than the draw itself, `pad_sequence` 8x `_left_aligned`)."""
-    if all(d.shape[0] == width for d in drawn):
-        return torch.stack(drawn)
-    sizes = np.array([d.shape[0] for d in drawn])
-    return torch.from_numpy(_left_aligned(torch.cat(drawn).numpy(), sizes, width))
-
-
-def _left_aligned(flat: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
-    """[len(sizes), width] int64: row i holds the next `sizes[i]` values of `flat`, then
-    zeros. One masked write: row-major, the real positions are the pieces one after another."""
-    out = np.zeros((sizes.shape[0], width), dtype=np.int64)
-    out[np.arange(width)[None, :] < sizes[:, None]] = flat
-    return out
-
-
-# --------------------------------------------------------------------------- host
