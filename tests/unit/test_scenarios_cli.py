@@ -26,6 +26,8 @@ def test_the_list_holds_user_scenarios_only_and_each_one_validates():
     experiments/ or with the tools in tools/, never in the shipped list."""
     names = scenarios.scenario_names()
     assert not [n for n in names if "ablation" in n or n.startswith(("stress/", "tide_abl"))]
+    assert not [p for p in (REPO / "scenarios").rglob("*") if p.is_file()
+                and p.suffix != ".yaml"], "scenarios/ holds YAML only (it ships in the wheel)"
     for name in names:
         try:
             sc = load_scenario(scenarios.find_scenario(name))

@@ -11,17 +11,17 @@ those of earlier invocations with other methods or another base scenario), it wr
 assumption) and `accuracy_vs_epsilon.png`.
 
     # HAR: FedAvg and TIDE (prototypes and aux losses off: they would travel unnoised)
-    RAYMM_DATA=... python scenarios/privacy_table.py scenarios/tide_har_fedavg.yaml \\
+    RAYMM_DATA=... python experiments/privacy/privacy_table.py scenarios/tide_har_fedavg.yaml \\
         --methods fedavg --out results/privacy_har --seeds 42 123 2024 --set rounds=100
-    RAYMM_DATA=... python scenarios/privacy_table.py scenarios/tide_har.yaml \\
+    RAYMM_DATA=... python experiments/privacy/privacy_table.py scenarios/tide_har.yaml \\
         --methods tide --out results/privacy_har --seeds 42 123 2024 --set rounds=100
     # the imbalanced audio-visual benchmark: FedAvg and the chain (SSCA reads every device's
     # delta, so the private chain merges with delta_mean: fedmchain_wo_ssca)
-    RAYMM_DATA=... python scenarios/privacy_table.py scenarios/fedmchain_avdigits_imbalanced.yaml \\
-        --methods fedavg fedmchain_wo_ssca --out results/privacy_avdigits --seeds 0 1 2 \\
-        --set rounds=100
+    RAYMM_DATA=... python experiments/privacy/privacy_table.py \\
+        scenarios/fedmchain_avdigits_imbalanced.yaml --methods fedavg fedmchain_wo_ssca \\
+        --out results/privacy_avdigits --seeds 0 1 2 --set rounds=100
     # only the table and the plot, from the runs kept in a folder
-    python scenarios/privacy_table.py --table-only --out results/privacy_har
+    python experiments/privacy/privacy_table.py --table-only --out results/privacy_har
 
 `--smoke` runs 2 rounds of one seed per row (a check that every row starts and reports ε).
 """
