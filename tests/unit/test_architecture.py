@@ -226,6 +226,29 @@ def test_the_reference_local_update_imports_no_fast_path():
     assert not reach, "\n".join(reach)
 
 
+#: a use of an API torch does not promise to keep: underscored torch names, the functorch C
+#: bindings, custom operators and their vmap rules, aten operators, module internals
+PRIVATE_TORCH = re.compile(r"torch\._(?!_)|_C\._functorch|\b_ft\.|torch\.library\.|torch\.ops\."
+                           r"|\._parameters\b|\._base\b")
+
+
+def test_every_private_torch_api_is_on_the_upgrade_checklist():
+    """Every module that uses one of torch's private APIs is named in
+    raymm/training/_kernels/README.md, the list a torch upgrade checks."""
+    readme = (REPO / "raymm/training/_kernels/README.md").read_text()
+    kernels = REPO / "raymm/training/_kernels"
+    used, missing = [], []
+    for module, path in MODULES.items():
+        code = [line.split("#")[0] for line in path.read_text().splitlines()]
+        if any(PRIVATE_TORCH.search(line) for line in code):
+            used.append(module)
+            name = path.name if path.parent == kernels else str(path.relative_to(REPO))
+            if f"`{name}`" not in readme and f"`{name} " not in readme:
+                missing.append(module)
+    assert "raymm.training._kernels.stacked_adam" in used   # the check sees what is there
+    assert not missing, f"private torch APIs used but not in the README: {missing}"
+
+
 def test_the_checks_see_imports():
     """The walker finds what is there (so the tests above cannot pass by seeing nothing)."""
     ray_imports = imports(MODULES["actors.ray_executor"], "actors.ray_executor")
