@@ -26,7 +26,7 @@ class CrossEntropy(Objective):
     """Cross-entropy of the task head; FedProx's proximal term when mu > 0."""
 
     Params = CEParams
-    #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.training.lockstep may
     #: train many devices at once with it
     vectorisable = True
     #: reads held sensors from `inp.present` only; its proximal term is zero for a parameter

@@ -14,8 +14,8 @@ CE(z_b^(m), y_b): every branch learns alone, as if it were trained in a phase of
 
 Every mean over samples honours `LossInputs.weight` (padding rows of a short last batch count
 nowhere and are no InfoNCE candidates), and the only Python branches are on the held sensors
-and the trained groups, which a lock-step bucket shares: `raymm.device.lockstep` trains MCFT devices
-in lock-step. With `weight=None` (the sequential path) each term is what it was before.
+and the trained groups, which a lock-step bucket shares: `raymm.training.lockstep` trains MCFT
+devices in lock-step. With `weight=None` (the sequential path) each term is what it was before.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class MCFTParams(BaseModel):
 class MCFTStage(Objective):
     Params = MCFTParams
     uses_adapter = False
-    #: honours `inp.weight`, branches only on what a bucket shares (see raymm.device.lockstep)
+    #: honours `inp.weight`, branches only on what a bucket shares (see raymm.training.lockstep)
     vectorisable = True
 
     def __init__(self, params: MCFTParams) -> None:

@@ -25,7 +25,7 @@ Choices where the paper is open (docs/methods/tide.md, "Where raymm departs from
   prototypes describe the global fused representation, which is evaluated without the adapter.
 Everything is written with masks, not data-dependent branches, and every term honours
 `LossInputs.weight` (padding rows of a short last batch count nowhere, and are neither anchors
-nor candidates of L_cs), so `raymm.device.lockstep` trains TIDE devices in lock-step. With
+nor candidates of L_cs), so `raymm.training.lockstep` trains TIDE devices in lock-step. With
 `weight=None` (the sequential path) each term computes exactly what it did before.
 
 The loss after the encoders is written out a second time, with its reverse pass, for lock-step
@@ -143,7 +143,7 @@ def prox_global(trainable: Mapping[str, Tensor], anchor: Mapping[str, Tensor]) -
 @OBJECTIVES.register("tide")
 class TideObjective(Objective):
     Params = TideObjectiveParams
-    #: honours `inp.weight` and has no value-dependent Python branches: raymm.device.lockstep may
+    #: honours `inp.weight` and has no value-dependent Python branches: raymm.training.lockstep may
     #: train many devices at once with it
     vectorisable = True
     #: reads held sensors from `inp.present` only; its proximal term is zero for a parameter

@@ -1,6 +1,6 @@
 """Hand-written reverse passes of lock-step programs, registered under their objective's name.
 
-A lock-step program (`raymm.device.lockstep`) takes its gradients by `vmap` and autograd,
+A lock-step program (`raymm.training.lockstep`) takes its gradients by `vmap` and autograd,
 which works for any vectorisable objective. For a few objectives someone has written the
 reverse pass out as batched products, which is faster for small models. Such a fast path is not
 declared on `Objective`: an objective's author never writes one nor reads about them. Whoever
@@ -11,8 +11,8 @@ inherit a reverse pass that no longer matches it.
 
 A fast path must give `Objective.loss`'s numbers to float32 rounding (its tests hold it so),
 and `training.closed_form: false` turns every one off. Registered today:
-  * `ce`, by `raymm.device.closed_form`: cross-entropy, whose gradient the engine writes out
-    itself for a model it knows (a chain of `Linear` and `ReLU`);
+  * `ce`, by `raymm.training.lockstep.closed_form`: cross-entropy, whose gradient the engine
+    writes out itself for a model it knows (a chain of `Linear` and `ReLU`);
   * `tide`, by `policies/objective/tide_closed_form.py`: TIDE's loss after the encoders.
 """
 
@@ -58,7 +58,7 @@ class ClosedForm:
     #: True for an instance whose `loss` is the task head's mean cross-entropy
     #: (`raymm.protocol.losses.mean_cross_entropy` of `out.logits`) plus, at most, its
     #: `proximal` term: the program then takes the whole gradient of a model the engine knows
-    #: by the engine's own step (`raymm.device.closed_form`)
+    #: by the engine's own step (`raymm.training.lockstep.closed_form`)
     task_cross_entropy: Callable[[Objective], bool] | None = None
     #: builds the loss from the embeddings on (`ClosedFormLoss`), once per program; the
     #: program runs the encoders and differentiates them by autograd

@@ -1,8 +1,9 @@
 """Loss building blocks that objectives compose (`policies/objective/`).
 
-Each one honours the lock-step contract of `raymm.device.local_update`: a pure function of tensors,
-vmappable, and with `weight` (float [B], 1 = real sample, 0 = padding of a short last batch; None
-on the sequential path, where every row is real) kept out of every reduction over samples.
+Each one honours the lock-step contract of `raymm.training.local_update`: a pure function of
+tensors, vmappable, and with `weight` (float [B], 1 = real sample, 0 = padding of a short last
+batch; None on the sequential path, where every row is real) kept out of every reduction over
+samples.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ class HostResult:
     #: negative entries meaning "not reported"; counted as uplink
     reports: dict[str, np.ndarray] = field(default_factory=dict)
     #: devices whose lock-step program raised, so that they trained sequentially, by reason
-    #: (`raymm.device.lockstep`): the same numbers, slower. Not traffic: the simulator's own
+    #: (`raymm.training.lockstep`): the same numbers, slower. Not traffic: the simulator's own
     lockstep_fallbacks: dict[str, int] = field(default_factory=dict)
 
 

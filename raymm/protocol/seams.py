@@ -306,7 +306,7 @@ class LossInputs:
     groups: tuple[str, ...] = ()        # parameter groups being trained this round
     #: float [B] sample weights on the vectorised path (1 = real sample, 0 = padding of a short
     #: last batch); None on the sequential path, where every row is real. See
-    #: raymm.device.local_update.
+    #: raymm.training.local_update.
     weight: Tensor | None = None
     #: the trainer adds the objective's proximal term (`Objective.proximal`) and its gradient
     #: itself: `loss` leaves it out
@@ -351,7 +351,7 @@ class Objective(Policy, ABC):
 
     #: whether the device-local adapter is used when training
     uses_adapter: bool = False
-    #: `loss` keeps the lock-step contract of `raymm.device.local_update` (vmappable, honours
+    #: `loss` keeps the lock-step contract of `raymm.training.local_update` (vmappable, honours
     #: `LossInputs.weight`): devices may train in lock-step (`training.vectorise: true`)
     vectorisable: bool = False
     #: with `uses_adapter`: trainers ask the model for the adapter-free task logits plus the
@@ -376,8 +376,8 @@ class Objective(Policy, ABC):
         """(c, names): `loss` adds c * sum over `names` (some of the `trainable` parameters)
         of ||θ - θ_received||², and leaves it out when `LossInputs.proximal_outside` is set.
         A lock-step program under Adam then adds the term and its gradient 2c(θ - θ_received)
-        on its flat parameter buffer (`raymm.device.stacked_adam`): a few operations a step,
-        where autograd takes several per parameter. Default: (0.0, ()), no such term."""
+        on its flat parameter buffer (`raymm.training._kernels.stacked_adam`): a few operations a
+        step, where autograd takes several per parameter. Default: (0.0, ()), no such term."""
         return 0.0, ()
 
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
