@@ -37,8 +37,8 @@ def cross_entropy_rows(logits: Tensor, y: Tensor) -> Tensor:
     """Per-row cross-entropy of logits [B, C] and labels [B]: `F.cross_entropy(logits, y,
     reduction="none")` up to float32 rounding. On CPU it is written out as elementwise
     operations: torch's CPU log-softmax vectorises along the class axis, so with a handful of
-    classes it costs ~200 ns a row, forward and backward, several times these operations (and
-    the lock-step path puts every device's rows through it)."""
+    classes it costs several times these operations, forward and backward (and the lock-step
+    path puts every device's rows through it)."""
     if logits.device.type != "cpu":
         return F.cross_entropy(logits, y, reduction="none")
     z = logits - logits.amax(dim=1, keepdim=True).detach()  # log-sum-exp is shift-invariant

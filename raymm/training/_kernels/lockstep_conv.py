@@ -16,9 +16,9 @@ padded with zero devices. Past those, oneDNN computes every group alike whatever
 count and the group's position, so a device's numbers are those of any other packing.
 
 The call is channels last (memory `[B, *S, devices, C]`; a 1-D convolution is a 2-D one of
-height 1): oneDNN's grouped kernels for that layout took a TIDE round's convolution kernels
-from ~213 to ~150 ms (the 3-channel first layer 2.7x faster forward), and a layer's output
-is the next layer's input without a copy. Measured for this layout: 1 to 129 input and 4 to 64
+height 1): oneDNN's grouped kernels are faster for that layout (docs/performance.md,
+"Convolutions whose bits do not depend on the program's size"), and a layer's output is the
+next layer's input without a copy. Measured for this layout: 1 to 129 input and 4 to 64
 output channels per device, 2 to 100 devices, 1-D (kernel 5, stride 2) and 2-D (kernel 3, stride
 2) convolutions: outputs, weight and input gradients the same bits. A global average pool of
 per-device tensors is a plain mean meanwhile (torch's own restrides a channels-last result in
@@ -154,12 +154,11 @@ def _device_blocks(devices: int, channels: int) -> list[tuple[int, int]]:
 class _WeightGradInBlocks(torch.autograd.Function):
     """The grouped channels-last convolution of `grouped_conv`, whose weight (and bias) gradient is
     computed in blocks of devices (`_device_blocks`). With a device's channel count off oneDNN's
-    8-channel blocking, its backward-weights kernel for one call of many groups is slow: 43
-    devices x 129 channels (FedMChain's spectrogram layer) 13-14 ms against 8.5-10 in blocks of
-    3-8 devices, 100 x 65 channels 18.5 against 11, on one thread (forward blocks, or
-    multiples of 8 such as 128 channels, were slower). Each group's numbers are the same bits
-    either way (the guarantee of the module docstring), and the input gradient is the one call
-    autograd would make."""
+    8-channel blocking, its backward-weights kernel for one call of many groups is slower than
+    the same work in blocks of a few devices (docs/performance.md, "Convolutions whose bits do
+    not depend on the program's size"; blocking the forward was not). Each group's numbers are
+    the same bits either way (the guarantee of the module docstring), and the input gradient is
+    the one call autograd would make."""
 
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
@@ -282,7 +281,7 @@ def takes_interleaved(encoder: nn.Module, shape: tuple[int, ...]) -> bool:
     (`interleaved_rows`): a `[T, C]` series of at least `INTERLEAVE_MIN_CHANNELS` channels
     that the encoder turns to `[C, T]` for a 1-D convolution first. The grouped call reads
     its input as `[B, T, devices x C]` memory (`grouped_conv`); gathered so, it is a view there
-    rather than a copy of the whole minibatch (the FedMChain spectrograms: ~25 MB a step)."""
+    rather than a copy of the whole minibatch."""
     layers = list(encoder.children()) if isinstance(encoder, nn.Sequential) else []
     return (len(shape) == 2 and shape[1] >= INTERLEAVE_MIN_CHANNELS and len(layers) >= 2
             and isinstance(layers[0], Channels) and not layers[0].image

@@ -12,10 +12,10 @@ class ModuleCall:
     """Calls one shared module with the parameter tensors given per call in place of its own
     (what `torch.func.functional_call` does, vmappable alike). The module's parameters are
     plain attributes of a handful of submodules, so swapping them in its `_parameters` and
-    back is all it takes. The sequential path calls it once per minibatch of every device:
-    on the bench model (`scenarios/bench/standard.yaml`) a forward pass costs 50 us through it
-    and 93 us through `functional_call` (which re-walks the module for tied weights on every
-    call), against 50 us calling the module itself. Buffers stay the module's own."""
+    back is all it takes. The sequential path calls it once per minibatch of every device, so
+    it must cost what calling the module itself costs, which `functional_call` (re-walking the
+    module for tied weights on every call) does not (docs/performance.md, "Smaller
+    mechanisms"). Buffers stay the module's own."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model

@@ -2,15 +2,15 @@
 buffer each, stepped by torch's fused Adam kernel.
 
 `raymm.training.local_update.FunctionalOptimizer` replays torch.optim.Adam's multi-tensor
-operations, seven passes over memory per step; on a lock-step program's stacks that was a fifth
-of a FedMChain round (49 devices, ~1M floats: ~3 ms a step, memory-bound). Here a program's
+operations, seven passes over memory per step, and on a lock-step program's stacks that step is
+memory-bound (docs/performance.md, "Adam on stacked rows"). Here a program's
 trainable parameters live in one float32 buffer `[G, P]` (device-major: a device's parameters
 are one row, each parameter a strided `[G, *shape]` view of it), so does each moment, and a
 step copies the gradients into a buffer alike and makes one `torch._fused_adam_` call (the
 kernel of `torch.optim.Adam(fused=True)`) per run of devices that took the same number of steps.
 
 The same algorithm as torch.optim.Adam, not its operation order: the fused kernel rounds the
-parameter update differently from the multi-tensor one (the last bit of ~0.03% of the values),
+parameter update differently from the multi-tensor one (in the last bit of a few values),
 so a lock-step run under Adam is not bit-identical to the sequential path (it never was: batched
 matrix products sum in another order). A device's numbers still do not depend on which devices
 share its program: the kernel computes a value with its vector instructions except in a tail

@@ -4,9 +4,9 @@ A lock-step step runs each sensor's encoder under `vmap` over the devices' stack
 Underneath, vmap issues one physical call per layer on the stacked tensors -- the grouped
 convolution of `lockstep_conv.grouped_conv`, one `bmm` per linear layer -- and autograd records
 those calls. The wrapping around them (the module's `__call__`s, swapping weights in through
-`ModuleCall`, vmap's batching rules and re-wrapping after each layer) cost ~1 ms of a ~10 ms
-forward and backward of TIDE's two-layer 1-D CNN for 14 devices (measured, one thread), ~50
-calls a round.
+`ModuleCall`, vmap's batching rules and re-wrapping after each layer) is a real share of a
+small encoder's forward and backward (docs/performance.md, "Encoders run without vmap's
+layers").
 
 `StackedEncoder` makes those physical calls itself, layer by layer, for an `nn.Sequential` of
 the layers it knows (`Channels`, `Conv1d`/`Conv2d` with zero padding, `ReLU`, global average

@@ -96,8 +96,8 @@ class Minibatches:
                 x = base.rows(m, flat).view(shape)
             if not helds[:, j].all():   # a mixed bucket: zeros for the devices without it
                 lacks = torch.from_numpy(np.flatnonzero(~helds[:, j])).to(base.accelerator)
-                # a fresh gather; by index, a device's rows at a time (a broadcast mask over
-                # the whole minibatch took 8x as long on a CPU)
+                # a fresh gather; by index, a device's rows at a time (cheaper on a CPU than a
+                # mask broadcast over the whole minibatch)
                 x.index_fill_(0, lacks, 0.0)
             xb[m] = x
         return xb, held_t[:, None, :].expand(g, b, -1)
@@ -139,7 +139,7 @@ class Minibatches:
 
 def _padded(drawn: list[Tensor], width: int) -> Tensor:
     """The draws as rows of one [len(drawn), width] matrix, padded with 0 (an indexed write
-    per device cost more than the draw itself, `pad_sequence` 8x `_left_aligned`)."""
+    per device cost more than the draw itself, and `pad_sequence` more than `_left_aligned`)."""
     if all(d.shape[0] == width for d in drawn):
         return torch.stack(drawn)
     sizes = np.array([d.shape[0] for d in drawn])

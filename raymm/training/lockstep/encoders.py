@@ -6,8 +6,8 @@ lacks is an all-zero input, and its encoder's gradient is dropped for that devic
 (`LockstepTrainer._keeps`): the device's encoder weights stay as they started all round, so
 its embedding of that sensor is one vector, the encoder of a zero sample, whatever the
 minibatch. Running the encoder on a whole batch of zeros for such a device, forward and
-backward, is wasted work: in TIDE's HAR scenario 23 % of a program's device-sensor pairs lack
-the sensor (40 rounds of `scenarios/tide_har.yaml`).
+backward, is wasted work, and in TIDE's HAR scenario a large share of a program's
+device-sensor pairs lack the sensor (docs/performance.md, "Programs that mix sensor sets").
 
 `SensorEncoders` computes each sensor's embeddings outside the model: the devices that hold
 the sensor (or train its encoder) run it on their minibatch, in one call for all of them
