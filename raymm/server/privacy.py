@@ -99,6 +99,8 @@ class PrivacyLedger:
         self.eligible_count = np.zeros(self.n, np.int64)  # releases a device was eligible for
         self.selected_count = np.zeros(self.n, np.int64)  # releases a device was selected for
         self.pending: dict[int, tuple[np.ndarray, bool, int]] = {}
+        #: float64 [N]: each device's ε as of the last `account`
+        self.last_device_epsilon = np.zeros(self.n)
 
     def _why_not_amplified(self) -> str | None:
         """Why this run cannot claim amplification by sampling (None: it can, as long as every
@@ -146,10 +148,11 @@ class PrivacyLedger:
         most = self.planned_releases
         if cap is not None:
             most = min(most, cap)
-        allowed = 0
-        while allowed < most and self._composed_epsilon(allowed + 1) <= budget:
-            allowed += 1
-        return allowed
+        low, high = 0, most  # ε grows with the count: the largest count within the budget
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self._composed_epsilon(mid) <= budget else (low, mid - 1)
+        return low
 
     def _composed_epsilon(self, count: int) -> float:
         """ε at δ of `count` unamplified participations (memoised: σ is fixed for the run)."""
@@ -301,8 +304,9 @@ class PrivacyLedger:
             "privacy/compositions": self.bound(),
             "privacy/sampling_rate": self._rate(),
             "privacy/assumption": self.assumption()}
-        per_device = self.device_epsilon()
-        row["privacy/device_epsilon_median"] = float(np.median(per_device)) if self.n else 0.0
+        self.last_device_epsilon = self.device_epsilon()  # the round's record carries it
+        row["privacy/device_epsilon_median"] = \
+            float(np.median(self.last_device_epsilon)) if self.n else 0.0
         if self.cap is not None:
             row["privacy/devices_at_cap"] = int((self.selected_count >= self.cap).sum())
         if self.p.adaptive_clip and hasattr(self, "last_share") and upload:
@@ -330,9 +334,8 @@ class PrivacyLedger:
         `privacy/epsilon` is the largest of them."""
         if self.broken is None:
             return np.full(self.n, self.epsilon())
-        counts = self.device_bounds()
-        values = {int(c): self._composed_epsilon(int(c)) for c in np.unique(counts)}
-        return np.array([values[int(c)] for c in counts], np.float64)
+        counts, which = np.unique(self.device_bounds(), return_inverse=True)
+        return np.array([self._composed_epsilon(int(c)) for c in counts], np.float64)[which]
 
     def _rate(self) -> float:
         if self.broken is not None or not self.sampled:
@@ -392,6 +395,5 @@ class PrivacyLedger:
         secret = int(state.get("secret", -1))
         if secret >= 0:
             self.secret = secret
-        self.broken = self.broken if self.broken else self._why_not_amplified()
         if sigma != self.sigma:  # solved under the secret the checkpoint restores
             self._set_sigma(sigma)

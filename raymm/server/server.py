@@ -129,11 +129,11 @@ class Server:
             eligible = self.privacy.eligible(eligible)
         # under privacy the draw may come from a secret stream, or be the ledger's own
         # Poisson sample (what amplification by sampling is accounted for)
-        rng = seeding.rng(self.sc.seed, t, seeding.SERVER, "selection") \
-            if self.privacy is None else self.privacy.selection_rng(t)
         drawn = None if self.privacy is None else self.privacy.sample(t, eligible)
-        ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng)
         if drawn is None:
+            rng = seeding.rng(self.sc.seed, t, seeding.SERVER, "selection") \
+                if self.privacy is None else self.privacy.selection_rng(t)
+            ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng)
             selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
             self._check_selection(selected, eligible)
         else:  # a Poisson cohort: any size, every member eligible by construction
@@ -238,7 +238,7 @@ class Server:
             **clock_row, **agg_stats, **self._policy_stats(),
             **(self.privacy.account(t) if self.privacy is not None else {}),
         }, selected=plan.selected, diverged=bad,
-            device_epsilon=None if self.privacy is None else self.privacy.device_epsilon(),
+            device_epsilon=None if self.privacy is None else self.privacy.last_device_epsilon,
             lockstep_fallbacks=dict(fallbacks))
 
     def _observe_times(self, batch: UpdateBatch, lost: np.ndarray | None) -> None:
