@@ -210,9 +210,8 @@ class RayExecutor:
     def _died(self, i: int, t: int, exc: BaseException) -> None:
         """Actor i died in round t: one line and the run stops when Ray says it was for
         memory (restarting it would only repeat that); otherwise it is revived. A lock-step
-        fallback raised under strict mode (`raymm.training.lockstep.fallback.strict`) is no death:
-        it
-        stops the run."""
+        fallback raised under strict mode (`raymm.training.lockstep.fallback.strict`) is no
+        death: it stops the run."""
         cause = getattr(exc, "cause", None)
         if isinstance(cause, LockstepFallback):
             raise cause
