@@ -58,7 +58,7 @@ from raymm.models.build import build_model
 from raymm.population.faults import host_kills
 from raymm.protocol.record import RoundRecord
 from raymm.sim.engine import Trained, World, plans_ahead
-from raymm.training.lockstep.fallback import LockstepFallback, why_not_vectorised
+from raymm.training.lockstep.fallback import LockstepFallback, why_not_lockstep
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
@@ -99,12 +99,12 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
     return True
 
 
-def warn_if_not_vectorised(world: World) -> None:
+def warn_if_not_lockstep(world: World) -> None:
     """Say on the driver, not only in the actors' logs, when lock-step training was asked for
     but the objective or model cannot do it."""
     sc = world.scenario
-    if sc.training.vectorise:
-        why = why_not_vectorised(world.host_spec.objective,
+    if sc.execution.training.lockstep:
+        why = why_not_lockstep(world.host_spec.objective,
                                  build_model(world.dataset, sc.model, sc.seed))
         if why:
             logging.getLogger("raymm.training.lockstep").warning("training sequentially: %s", why)
@@ -151,7 +151,7 @@ class RayExecutor:
     def start(self, world: World) -> None:
         """Give every actor the shared objects; each builds its host and warms it up
         (`ready` waits for that)."""
-        warn_if_not_vectorised(world)
+        warn_if_not_lockstep(world)
         self.prestart(world.scenario)
         n = world.population.n
         if sum(b.shape[0] for b in self.blocks) != n:

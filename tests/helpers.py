@@ -54,10 +54,12 @@ def tiny_scenario(**overrides: Any) -> dict[str, Any]:
 
 def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) -> tuple:
     """One round of the same plan on a sequential and a lock-step host of `tiny_scenario`:
-    (sequential host, lock-step host, plan, broadcast)."""
+    (sequential host, lock-step host, plan, broadcast). `spec_update` sets `training` keys and
+    `execution.training` ones (chunk, closed_form), validated: a key neither has is an error."""
     import numpy as np
 
     from raymm.app.build import build_world, load_scenario
+    from raymm.config.schema import EngineSpec, TrainingSpec
     from raymm.device.host import DeviceHost, HostSpec
     from raymm.device.lockstep_host import make_host
     from raymm.protocol.messages import Broadcast, RoundPlan
@@ -65,15 +67,19 @@ def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) ->
 
     sc = load_scenario(tiny_scenario(**sc_overrides))
     world = build_world(sc)
-    training = sc.training.model_copy(update=spec_update)
+    engine_keys = {k: v for k, v in spec_update.items() if k in EngineSpec.model_fields}
+    training = TrainingSpec.model_validate(
+        {**sc.training.model_dump(), **{k: v for k, v in spec_update.items()
+                                        if k not in engine_keys}})
+    engine = sc.execution.training.model_copy(update=engine_keys)
     objective = objective or world.host_spec.objective
     ids = np.arange(world.population.n)
     seq = DeviceHost(ids, world.population, world.dataset,
-                     HostSpec(sc.seed, sc.model, training.model_copy(
-                         update={"vectorise": False}), objective))
+                     HostSpec(sc.seed, sc.model, training, objective,
+                              engine=engine.model_copy(update={"path": "sequential"})))
     vec = make_host(ids, world.population, world.dataset,
-                    HostSpec(sc.seed, sc.model, training.model_copy(
-                        update={"vectorise": True}), objective))
+                    HostSpec(sc.seed, sc.model, training, objective,
+                             engine=engine.model_copy(update={"path": "lockstep"})))
     server = Server(sc, world.dataset, world.population, world.policies)
     plan = RoundPlan(2, np.array([0, 3, 4, 7, 9, 11]), tuple(server.layout.groups))
     return seq, vec, plan, Broadcast(2, server.params, {})

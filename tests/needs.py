@@ -68,6 +68,17 @@ def full_data(*names: str) -> Path:
     return path
 
 
+def dataset_files(dataset: dict) -> None:
+    """The full-data files a scenario's `dataset` section reads, when it names a real
+    release (har, avdigits): present, or the test skips (fails under RAYMM_REQUIRE_DATA)."""
+    from raymm.data import DATASETS
+
+    if dataset.get("name") in ("har", "avdigits"):
+        loader = DATASETS[dataset["name"]]
+        params = loader.Params(**{k: v for k, v in dataset.items() if k != "name"})
+        full_data(*(p.name for p in loader.required_files(params)))
+
+
 def loopback_tools() -> None:
     """Skip (fail under RAYMM_REQUIRE_SSHD=1) unless sshd and the client tools `ray up` uses
     on this machine are installed."""

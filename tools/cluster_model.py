@@ -119,7 +119,7 @@ def measure(n: int, k: int, rounds: int, mode: str, out: Path, extra: list[str],
 
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", "eval.every=1000000",
-                 f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+                 f"execution.training.path={mode}", *extra]
     root = root or os.getpid()
     samples: list[dict[str, float]] = []
     walls: list[float] = []
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--n", type=int, default=5000, help="devices in the population")
     p.add_argument("--k", type=int, default=1000, help="devices per round (even)")
     p.add_argument("--rounds", type=int, default=8, help="rounds per run (2..R are measured)")
-    p.add_argument("--mode", choices=["sequential", "vectorised"], default="sequential")
+    p.add_argument("--mode", choices=["sequential", "lockstep"], default="sequential")
     p.add_argument("--gbit-s", type=float, default=10.0,
                    help="network bandwidth assumed for the transfer term on a real cluster")
     p.add_argument("--out", type=Path, default=Path("runs/cluster_model"))

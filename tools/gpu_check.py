@@ -65,16 +65,16 @@ def repeatability(out: Path, rounds: int, device: str, scenario: str | Path = QU
     largest difference when not. torch's warnings about operations without a deterministic
     kernel are collected."""
     base = [*overrides, f"rounds={rounds}", "execution.executor=serial",
-            "output.tensorboard=false", f"execution.device={device}"]
+            "output.tensorboard=false", f"execution.accelerator={device}"]
     rows: dict[str, Any] = {}
     ops: set[str] = set()
-    for mode in ("sequential", "vectorised"):
+    for mode in ("sequential", "lockstep"):
         params = []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(2):
                 res = run(load_scenario(scenario, [
-                    *base, f"training.vectorise={'true' if mode == 'vectorised' else 'false'}"]),
+                    *base, f"execution.training.path={mode}"]),
                     out=out / "repeat")
                 params.append(res.params)
         ops |= {str(w.message).split("\n")[0] for w in caught
@@ -116,13 +116,13 @@ def agreement(out: Path, rounds: int, tol: float, gpu: bool) -> dict[str, Any]:
     """Final parameters of a lock-step run on each device, and their largest difference."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    base = [f"rounds={rounds}", "training.vectorise=true", "execution.executor=serial",
+    base = [f"rounds={rounds}", "execution.training.path=lockstep", "execution.executor=serial",
             "output.tensorboard=false"]
     params = {}
     seconds = {}
     for device in (["cpu", "cuda"] if gpu else ["cpu"]):
         t0 = time.perf_counter()
-        res = run(load_scenario(QUICKSTART, [*base, f"execution.device={device}"]),
+        res = run(load_scenario(QUICKSTART, [*base, f"execution.accelerator={device}"]),
                   out=out / "agreement")
         seconds[device] = time.perf_counter() - t0
         params[device] = res.params
@@ -141,7 +141,7 @@ def packing(actors: int, gpu: bool) -> dict[str, Any]:
     share = 1.0 / actors
     sc = load_scenario(QUICKSTART, [
         "execution.executor=ray", f"execution.actor.num_gpus={share}",
-        "execution.actor.num_cpus=0.5", f"execution.device={'cuda' if gpu else 'auto'}",
+        "execution.actor.num_cpus=0.5", f"execution.accelerator={'cuda' if gpu else 'auto'}",
         f"execution.devices_per_actor={-(-20 // actors)}", "population.devices=20",
         "selection.k=8", "output.tensorboard=false"])
     if not gpu:  # no GPU here: declare one so Ray packs the actors as it would on a GPU node
@@ -163,8 +163,8 @@ def timing(sizes: str, rounds: int, out: Path, gpu: bool) -> list[dict[str, Any]
     rows = []
     for n, k in parse_sizes(sizes):
         for device in (["cpu", "cuda"] if gpu else ["cpu"]):
-            r = run_raymm(n, k, rounds, 0, "vectorised", "serial", out / "timing",
-                          [f"execution.device={device}", "output.tensorboard=false"])
+            r = run_raymm(n, k, rounds, 0, "lockstep", "serial", out / "timing",
+                          [f"execution.accelerator={device}", "output.tensorboard=false"])
             rows.append({"N": n, "K": k, "device": device, "steady_s": r["steady_s"],
                          "round_seconds": r["round_seconds"], "peak_mb": r["peak_mb"]})
             print(f"  {n}/{k} on {device}: {r['steady_s']:.3f} s per steady round", flush=True)

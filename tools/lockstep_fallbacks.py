@@ -8,10 +8,10 @@ for every lock-step objective x local optimizer x proximal term x sensor mix (tw
 device with both, or with the first only, or three tiers; or a dataset of one sensor) x
 encoder, and
 prints, per configuration, the devices whose lock-step program raised and that then trained
-sequentially, summed over the rounds. It counts the lock-step trainer's warnings ("vectorised
-training of N device(s) failed"), so it measures any checkout, also one from before the
-trainer counted fallbacks itself (`PYTHONPATH=/path/to/checkout`); strict mode
-(`RAYMM_STRICT_LOCKSTEP`) is switched off here, so a fallback is counted, not raised.
+sequentially, summed over the rounds. It counts the lock-step trainer's warnings ("lock-step
+training of N device(s) failed"; "vectorised" before the rename), so it measures any checkout,
+also one from before the trainer counted fallbacks itself (`PYTHONPATH=/path/to/checkout`);
+strict mode (`RAYMM_STRICT_LOCKSTEP`) is switched off here, so a fallback is counted, not raised.
 `tests/unit/test_lockstep_fast_path.py` runs the same configurations (`scenario`) against the
 sequential path and asserts that none falls back.
 """
@@ -31,7 +31,7 @@ OBJECTIVES = ("ce", "tide", "mcft", "adaptive_prox")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 MIXES = ("full", "one", "mixed", "single")
 ENCODERS = ("mlp", "cnn1d")
-FAILED = re.compile(r"vectorised training of (\d+) device\(s\) failed \((\w+)")
+FAILED = re.compile(r"(?:vectorised|lock-step) training of (\d+) device\(s\) failed \((\w+)")
 
 #: sensor mix -> the population's tiers (12 devices)
 TIERS: dict[str, list[dict[str, Any]]] = {
@@ -60,7 +60,7 @@ def scenario(objective: str, optimizer: str, prox: bool, mix: str, encoder: str,
         "model": {"encoder": encoder, "embed_dim": 8, "hidden": 16, "fusion_dim": 16},
         # Adam at TIDE's 1e-3: where a gradient is near zero, Adam turns float32 rounding into
         # a step of up to the learning rate, and lock-step Adam rounds otherwise
-        "training": {"local_epochs": 1, "batch_size": 7, "vectorise": True,
+        "training": {"local_epochs": 1, "batch_size": 7,
                      "lr": 0.001 if optimizer == "adam" else 0.01,
                      "optimizer": "adam" if optimizer == "adam" else "sgd",
                      "momentum": 0.9 if optimizer == "momentum" else 0.0},

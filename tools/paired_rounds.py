@@ -2,7 +2,7 @@
 leaves alone.
 
     python tools/paired_rounds.py scenarios/tide_har.yaml --rounds 14 \
-        --a /path/to/old/checkout --b . --set training.threads=1
+        --a /path/to/old/checkout --b . --set execution.training.threads=1
 
 starts one worker process per checkout (each imports raymm from its own checkout) and lets them
 run the scenario on the serial executor one round at a time, alternately: while one runs a

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 BENCH = "scenarios/bench/standard.yaml"
-LOCKSTEP = ["training.vectorise=true", "rounds=3"]
-SEQUENTIAL = "training.vectorise=false"
+LOCKSTEP = ["execution.training.path=lockstep", "rounds=3"]
+SEQUENTIAL = "execution.training.path=sequential"
 SHORT = ["rounds=4", "eval.every=2"]
 
 #: name -> (scenario, overrides, needs real data)

@@ -50,7 +50,7 @@ PHASES = [
     ("lockstep.program", "  lock-step programs"),
     ("local_update", "    local update (minibatch loop)"),
     ("optimizer.step", "      optimizer steps"),
-    ("optimizer.step.stacked_adam", "      optimizer steps (stacked Adam)"),
+    ("optimizer.step.lockstep_adam", "      optimizer steps (lock-step Adam)"),
     ("lockstep.frozen_encoders", "      frozen encoders (once a round)"),
     ("lockstep.minibatch_orders", "    minibatch orders"),
     ("lockstep.rows", "    rows out of the stacks"),

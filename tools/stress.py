@@ -122,7 +122,7 @@ def stress(path: str, overrides: list[str], executor: str | None, out: Path) -> 
     serial = res.summary["executor"] == "serial"
     return {"scenario": sc.name, "devices": sc.population.devices, "k": sc.selection.k,
             "rounds": len(walls), "executor": res.summary["executor"],
-            "vectorise": sc.training.vectorise, "steady_s_per_round": steady(walls),
+            "training_path": sc.execution.training.path, "steady_s_per_round": steady(walls),
             # CPU between the ends of rounds 1 and R (logging between rounds included)
             "steady_cpu_s_per_round": steady(list(np.diff(cpu))) if serial else None,
             "round_seconds": [round(w, 3) for w in walls],

@@ -2,7 +2,7 @@
 
 For each size (N clients, K per round) it runs, in this process tree, the bare loop (a child
 process: `python -m raymm.app.bare_loop`, or the script `--bare-loop PATH`) and the scenario
-`bench/standard.yaml` on raymm with sequential and with vectorised local
+`bench/standard.yaml` on raymm with sequential and with lock-step local
 training (Ray executor by default: one DeviceActor per CPU, one torch thread each; `--executor
 ray,serial` runs each mode on both), and prints the steady seconds per round (mean over rounds
 2..R; round 1 carries start-up), the ratio to the bare loop and the peak memory; then the
@@ -24,7 +24,7 @@ How it measures (the workload: docs/workload.md):
     raymm's tree is read only after the last timed round and after the final, evaluating
     round, which no timed round follows, and the bare loop's, whose one busy core leaves the
     other free, every second. The table shows the fastest run's numbers, bench.json every run's.
-  * Lock-step fallbacks: a vectorised run's devices per round whose lock-step program raised
+  * Lock-step fallbacks: a lock-step run's devices per round whose lock-step program raised
     and that trained sequentially instead (the rows' `lockstep_fallbacks`), printed per round
     and in the table; a fallback makes the round slower, not other.
   * Ray nices its worker processes to 15; on a machine shared with other work that makes the
@@ -52,7 +52,9 @@ from raymm.errors import RaymmError
 SCENARIO = scenario_root() / "bench" / "standard.yaml"
 #: the bare loop that ships with raymm, run as a module (`--bare-loop PATH` runs another)
 BARE_LOOP_MODULE = "raymm.app.bare_loop"
-MODES = ("sequential", "vectorised")
+MODES = ("sequential", "lockstep")
+#: the modes' old names, still accepted
+OLD_MODES = {"vectorised": "lockstep"}
 
 
 class MemorySampler:
@@ -175,7 +177,7 @@ def run_raymm(n: int, k: int, rounds: int, seed: int, mode: str, executor: str,
 
     overrides = [f"dataset.clients={n}", f"population.devices={n}", f"selection.k={k}",
                  f"rounds={rounds + 1}", f"seed={seed}", "eval.every=1000000",
-                 f"training.vectorise={'true' if mode == 'vectorised' else 'false'}", *extra]
+                 f"execution.training.path={mode}", *extra]
     settle()
     with MemorySampler(tree_every=None) as mem:
         def between_rounds(row: dict[str, Any]) -> None:
@@ -220,6 +222,15 @@ def parse_executors(text: str) -> list[str]:
     return names
 
 
+def parse_modes(text: str) -> list[str]:
+    """`--modes`: training paths, comma-separated (an old name reads as its new one)."""
+    modes = [OLD_MODES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise RaymmError(f"bench: --modes {text!r}: choose from {', '.join(MODES)}")
+    return modes
+
+
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     """`1000:100,5000:500` -> [(1000, 100), (5000, 500)]."""
 
@@ -241,7 +252,7 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
     p.add_argument("--sizes", default="1000:100,5000:500", help="N:K pairs, comma-separated")
     p.add_argument("--rounds", type=int, default=5, help="R: rounds per run (steady = 2..R)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--modes", default=",".join(MODES), help="sequential,vectorised")
+    p.add_argument("--modes", default=",".join(MODES), help="sequential,lockstep")
     p.add_argument("--executor", default="ray",
                    help="ray, serial, or both (ray,serial): every mode runs on each")
     env = os.environ.get("RAYMM_BARE_LOOP")
@@ -263,7 +274,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise RaymmError(f"bench: bare loop not found at {args.bare_loop} (--bare-loop and "
                          "RAYMM_BARE_LOOP name a script; unset, raymm's own loop runs)")
     os.environ.setdefault("RAY_worker_niceness", "0")
-    modes = [m for m in args.modes.split(",") if m]
+    modes = parse_modes(args.modes)
     executors = parse_executors(args.executor)
     rows: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []

@@ -38,7 +38,7 @@ from raymm.server.server import Policies
 from raymm.sim.async_loop import AsyncExecutor
 from raymm.sim.engine import Executor, World
 from raymm.sim.serial import SerialExecutor
-from raymm.training.lockstep.fallback import why_not_vectorised
+from raymm.training.lockstep.fallback import why_not_lockstep
 
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
@@ -89,21 +89,22 @@ def build_world(sc: Scenario) -> World:
                          # a round that may drop devices (deadline, seconds clock) needs rows
                          combine=combinable and sc.faults.deadline_seconds is None
                          and sc.clock.mode == "rounds",
-                         accelerator=sc.execution.device, privacy=sc.privacy)
+                         accelerator=sc.execution.accelerator, privacy=sc.privacy,
+                         engine=sc.execution.training)
     return World(sc, dataset, population, pol, host_spec)
 
 
 def training_path_notice(sc: Scenario, world: World) -> str | None:
-    """With `training.vectorise` on (the default) but lock-step training not possible for this
-    scenario's objective or model: say once, on stderr, that devices train sequentially and
-    why (each host would otherwise say it in its own log). Returns the notice."""
-    if not sc.training.vectorise:
+    """With `execution.training.path: lockstep` (the default) but lock-step training not
+    possible for this scenario's objective or model: say once, on stderr, that devices train
+    sequentially and why (each host would otherwise say it in its own log). Returns the notice."""
+    if not sc.execution.training.lockstep:
         return None
     objective = world.host_spec.objective
     # raymm's own network has no buffers; a plugin's model is built once to look
     model = build_model(world.dataset, sc.model, sc.seed) if sc.model.factory != "multimodal" \
-        and why_not_vectorised(objective) is None else None
-    reason = why_not_vectorised(objective, model)
+        and why_not_lockstep(objective) is None else None
+    reason = why_not_lockstep(objective, model)
     if reason is None:
         return None
     notice = f"raymm: notice: devices train sequentially (not in lock-step): {reason}"

@@ -28,12 +28,12 @@ def resolve_resume(resume: str | Path,
     run_dir = Path(resume)
     ckpt = checkpoint.load(run_dir)
     saved = load_scenario(read_yaml(run_dir / CONFIG_FILE))
-    if checkpoint.scenario_digest(saved.to_dict()) != ckpt.scenario_digest:
+    if not checkpoint.is_of(saved.to_dict(), ckpt.scenario_digest):
         raise ResumeError(f"--resume: {run_dir}/{CONFIG_FILE} no longer matches its checkpoint")
     if scenario is not None or overrides:
         given = scenario if isinstance(scenario, Scenario) else load_scenario(
             scenario if scenario is not None else saved.to_dict(), overrides)
-        if checkpoint.scenario_digest(given.to_dict()) != ckpt.scenario_digest:
+        if not checkpoint.is_of(given.to_dict(), ckpt.scenario_digest):
             raise ResumeError(f"--resume: {run_dir} is a run of another scenario "
                               f"({saved.name!r}); only execution.* and output.* may differ")
         saved = given

@@ -8,8 +8,8 @@ must load too (`raymm.app.plugins.child_plugins`; the folders they were imported
 child's PYTHONPATH). Each child gets max(1, cores // N) threads for
 OpenMP/BLAS (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, unless set already) and,
 on an embedded local Ray, as many CPUs, so N runs do not oversubscribe the machine. torch's
-intra-op threads stay the scenario's `training.threads` (default 1): they are part of what
-makes a run bit-identical, so a sweep never changes them.
+intra-op threads stay the scenario's `execution.training.threads` (default 1): they are part of
+what makes a run bit-identical, so a sweep never changes them.
 
 A child's stdout and stderr go to `<run dir>.log`. A run that fails does not stop the others:
 its failure is returned with the last line of its log. Ctrl-C stops the sweep: every running

@@ -29,6 +29,7 @@ from raymm.config.limits import (
     number_type_problems,
     value_problems,
 )
+from raymm.config.renamed import migrate, notice
 from raymm.config.schema import Scenario, TierSpec, deep_merge, format_validation_error
 from raymm.data import DATASETS
 from raymm.data.base import loader_facts
@@ -61,8 +62,9 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
     Schema errors and the cross-field checks are gathered together: the cross-field checks run
     on the raw (preset-merged) mapping, so a typo in one section never hides a mistake in another.
     """
-    merged = merge_preset(raw, presets, source)
-    problems: list[str] = safety_problems(merged)
+    merged, renames, problems = migrate(merge_preset(raw, presets, source))
+    notice(renames, source)
+    problems += safety_problems(merged)
     try:
         sc: Scenario | None = Scenario.model_validate(merged)
     except ValidationError as exc:
@@ -126,8 +128,8 @@ def _check_k(selection: object, population: Mapping[str, Any]) -> list[str]:
 def _check_execution(sc: Scenario) -> list[str]:
     """A GPU asked for where Ray would give none (the machine's CUDA is checked at start)."""
     ex = sc.execution
-    if ex.device == "cuda" and ex.executor == "ray" and ex.actor.num_gpus <= 0:
-        return ["execution.device: cuda needs GPUs for the DeviceActors; set "
+    if ex.accelerator == "cuda" and ex.executor == "ray" and ex.actor.num_gpus <= 0:
+        return ["execution.accelerator: cuda needs GPUs for the DeviceActors; set "
                 "execution.actor.num_gpus > 0 (e.g. 0.25 packs four actors per GPU)"]
     return []
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from raymm.config.renamed import migrate, migrate_override, notice
 from raymm.config.strict_yaml import load_yaml
 from raymm.errors import ScenarioError
 from raymm.io.paths import read_text
@@ -238,22 +239,6 @@ class TrainingSpec(Strict):
     #: what a selected device trains and uploads: every group (plain FedAvg on a multimodal
     #: model) or only the groups of the sensors it holds plus `shared` (pod-wise methods).
     upload: Literal["all", "held"] = "all"
-    #: torch intra-op threads per training process; with one thread a CPU run gives the same
-    #: numbers on every executor and packing (README: "Same seed, same numbers").
-    threads: int = Field(default=1, ge=1)
-    #: train a host's selected devices in lock-step with torch.func (raymm.training.lockstep), the
-    #: fast path; false trains them one after another (the reference path: the same numbers to
-    #: float32 rounding). Where lock-step does not apply (an objective that does not opt in, a
-    #: model with buffers) the run says so once and trains sequentially
-    vectorise: bool = True
-    #: at most this many devices per lock-step program (bounds memory; results do not depend
-    #: on it)
-    vectorise_chunk: int = Field(default=1024, ge=1)
-    #: in lock-step, take the gradient of a model and loss raymm knows by hand-written batched
-    #: products rather than through autograd (raymm.protocol.fast_paths, by objective: an MLP
-    #: under cross-entropy; TIDE's loss after the encoders): the same numbers to float32
-    #: rounding, faster steps; false: autograd everywhere
-    closed_form: bool = True
     #: what a device keeps between rounds and exchanges with the server (see
     #: raymm.protocol.exchange): "params" downloads the server's vectors whenever selected and
     #: uploads trained vectors; "delta" keeps its own parameters, downloads at the first round of
@@ -304,6 +289,33 @@ class ActorSpec(Strict):
         return v
 
 
+class EngineSpec(Strict):
+    """How a host's devices train: speed switches, not learning semantics. Results do not
+    depend on them beyond float32 rounding (`path`, `closed_form`) or at all (`chunk`);
+    `threads` above 1 lets a CPU's reductions split, so its bits may depend on the machine."""
+
+    #: lockstep = a host's selected devices train together under torch.func
+    #: (raymm.training.lockstep), the fast path; sequential = one after another (the reference
+    #: path: the same numbers to float32 rounding). Where lock-step does not apply (an objective
+    #: that does not opt in, a model with buffers) the run says so once and trains sequentially
+    path: Literal["lockstep", "sequential"] = "lockstep"
+    #: at most this many devices per lock-step program (bounds memory; results do not depend
+    #: on it)
+    chunk: int = Field(default=1024, ge=1)
+    #: in lock-step, take the gradient of a model and loss raymm knows by hand-written batched
+    #: products rather than through autograd (raymm.protocol.fast_paths, by objective: an MLP
+    #: under cross-entropy; TIDE's loss after the encoders): the same numbers to float32
+    #: rounding, faster steps; false: autograd everywhere
+    closed_form: bool = True
+    #: torch intra-op threads per training process; with one thread a CPU run gives the same
+    #: numbers on every executor and packing (README: "Same seed, same numbers")
+    threads: int = Field(default=1, ge=1)
+
+    @property
+    def lockstep(self) -> bool:
+        return self.path == "lockstep"
+
+
 class ExecutionSpec(Strict):
     #: serial (in-process reference) or ray
     executor: Literal["serial", "ray"] = "ray"
@@ -315,10 +327,13 @@ class ExecutionSpec(Strict):
     address: str | None = None
     #: CPUs of the embedded local Ray (None: all of this machine's).
     local_num_cpus: int | None = Field(default=None, ge=1)
-    #: where devices train: auto = a GPU when there is one (the serial executor: when torch sees
-    #: CUDA; a DeviceActor: when Ray gave it a GPU that torch can use), cpu = always the CPU,
-    #: cuda = a GPU or a clear error (DeviceActors then need `actor.num_gpus` > 0)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: how devices train: the training engine's speed switches
+    training: EngineSpec = EngineSpec()
+    #: the torch device a host trains on: auto = a GPU when there is one (the serial executor:
+    #: when torch sees CUDA; a DeviceActor: when Ray gave it a GPU that torch can use), cpu =
+    #: always the CPU, cuda = a GPU or a clear error (DeviceActors then need `actor.num_gpus`
+    #: > 0)
+    accelerator: Literal["auto", "cpu", "cuda"] = "auto"
     #: Ray: the server plans round t+1 as soon as it has aggregated round t, while the round's
     #: statistics travel to the driver (one Ray round trip less per round); never after an
     #: evaluation or a checkpoint round, which the next plan may depend on. Same numbers
@@ -569,10 +584,14 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a copy of `data` with each `key.path=value` set (the input is not mutated)."""
-    out = copy.deepcopy(data)
+    """Return a copy of `data` with each `key.path=value` set (the input is not mutated). Keys
+    under an old name (raymm.config.renamed), in the file or on the command line, are moved to
+    their new name first, so an old `--set` key overrides the file's new one."""
+    out, renames, _ = migrate(data)  # a key given twice is check_scenario's to report
     for item in overrides:
         parts, value = parse_override(item)
+        parts, value, rename = migrate_override(parts, value)
+        renames += [rename] if rename else []
         node = out
         for p in parts[:-1]:
             nxt = node.get(p)
@@ -581,6 +600,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 node[p] = nxt
             node = nxt
         node[parts[-1]] = value
+    notice(renames)
     return out
 
 

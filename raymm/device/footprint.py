@@ -20,8 +20,8 @@ actor's memory and refuse a packing that cannot fit before the first actor start
   of one round's selected devices count.
 
 Not counted: a policy's own per-device state (SCAFFOLD's control variates: one more model per
-device; FedProto's prototypes), extra copies in a lock-step program (`training.vectorise`,
-bounded by `vectorise_chunk`), and anything a plugin's model allocates beyond its parameters.
+device; FedProto's prototypes), extra copies in a lock-step program (`execution.training.path`,
+bounded by its `chunk`), and anything a plugin's model allocates beyond its parameters.
 The estimate is a request, not a limit: Ray uses it to place actors, the kernel does not
 enforce it.
 """

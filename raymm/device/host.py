@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raymm.config.schema import FaultSpec, ModelSpec, PrivacySpec, TrainingSpec
+from raymm.config.schema import EngineSpec, FaultSpec, ModelSpec, PrivacySpec, TrainingSpec
 from raymm.data.base import Dataset
 from raymm.device.evaluation import ExtraPredictor, evaluate_device, unimodal_correct
 from raymm.models import LOCAL
@@ -54,9 +54,11 @@ class HostSpec:
     #: send whole id blocks pre-summed (`raymm.protocol.combine`): the aggregator needs only
     #: weighted sums and no deadline may drop devices after the fact
     combine: bool = False
-    #: `execution.device`: the accelerator this host's devices train on
+    #: `execution.accelerator`: the torch device this host's devices train on
     #: (`raymm.training.accelerator`)
     accelerator: str = "auto"
+    #: `execution.training`: lock-step or sequential, and the engine's other speed switches
+    engine: EngineSpec = EngineSpec()
     #: `privacy`: each device clips (and in local mode noises) its update before it leaves
     privacy: PrivacySpec = PrivacySpec()
 
@@ -81,7 +83,7 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
 class DeviceHost:
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
                  spec: HostSpec, accelerator: str = "cpu") -> None:
-        torch.set_num_threads(spec.training.threads)
+        torch.set_num_threads(spec.engine.threads)
         self.ids = np.sort(np.asarray(device_ids, dtype=np.int64))
         # executors give hosts contiguous id ranges: then "mine" is one binary search
         self._range = (int(self.ids[0]), int(self.ids[-1]) + 1) if self.ids.size and \

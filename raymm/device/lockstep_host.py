@@ -19,7 +19,7 @@ from raymm.protocol import exchange
 from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.messages import Broadcast, HostResult, RoundPlan
 from raymm.protocol.seams import Objective
-from raymm.training.lockstep.fallback import why_not_vectorised
+from raymm.training.lockstep.fallback import why_not_lockstep
 from raymm.training.lockstep.trainer import ChunkRun, LockstepTrainer, Request
 
 log = logging.getLogger("raymm.training.lockstep")
@@ -28,7 +28,7 @@ log = logging.getLogger("raymm.training.lockstep")
 def make_host(device_ids: np.ndarray, population: Population, dataset: Dataset,
               spec: HostSpec, accelerator: str = "cpu") -> DeviceHost:
     """The host an executor should build: lock-step when the scenario asks for it."""
-    cls = LockstepHost if spec.training.vectorise else DeviceHost
+    cls = LockstepHost if spec.engine.lockstep else DeviceHost
     return cls(device_ids, population, dataset, spec, accelerator)
 
 
@@ -38,15 +38,15 @@ class LockstepHost(DeviceHost):
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
                  spec: HostSpec, accelerator: str = "cpu") -> None:
         super().__init__(device_ids, population, dataset, spec, accelerator)
-        self.reason = why_not_vectorised(spec.objective, self.trainer.model)
+        self.reason = why_not_lockstep(spec.objective, self.trainer.model)
         #: the lock-step trainer beside the sequential one (None: this host trains
         #: sequentially, for `reason`)
-        self.vec: LockstepTrainer | None = None
+        self.lockstep: LockstepTrainer | None = None
         if self.reason is not None:
             # the driver says it once for the run (`raymm.app.build.training_path_notice`)
             log.info("training sequentially: %s", self.reason)
             return
-        self.vec = LockstepTrainer(self.trainer, spec.training.vectorise_chunk)
+        self.lockstep = LockstepTrainer(self.trainer, spec.engine.chunk, spec.engine.closed_form)
 
     @phase("host.train.lockstep")
     def train(self, plan: RoundPlan, broadcast: Broadcast) -> HostResult:
@@ -55,21 +55,21 @@ class LockstepHost(DeviceHost):
         and runs `exchange.finish`, so device state, uploads and snapshots are its own. A
         round with nothing per device to keep or hand out (`_plain`) skips that: the trained
         rows go into the result as they are."""
-        vec = self.vec
-        if vec is None:
+        lockstep = self.lockstep
+        if lockstep is None:
             return super().train(plan, broadcast)
-        result = self._train_lockstep(plan, broadcast, vec)
+        result = self._train_lockstep(plan, broadcast, lockstep)
         # the devices whose program raised trained sequentially: the round's row counts them
-        return replace(result, lockstep_fallbacks=dict(vec.fallbacks)) if vec.fallbacks \
+        return replace(result, lockstep_fallbacks=dict(lockstep.fallbacks)) if lockstep.fallbacks \
             else result
 
-    def _train_lockstep(self, plan: RoundPlan, broadcast: Broadcast, vec: LockstepTrainer
+    def _train_lockstep(self, plan: RoundPlan, broadcast: Broadcast, lockstep: LockstepTrainer
                         ) -> HostResult:
-        """`train`'s work; `vec.fallbacks` then holds the devices that fell back."""
+        """`train`'s work; `lockstep.fallbacks` then holds the devices that fell back."""
         mine = self.selected(plan)
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         if self._plain(plan, broadcast) and not crash.any():
-            return self._train_plain(plan, broadcast, mine, vec)
+            return self._train_plain(plan, broadcast, mine, lockstep)
         training = self.spec.training
         requests = []
         starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
@@ -85,8 +85,8 @@ class LockstepHost(DeviceHost):
                 continue
             starts[dev] = (start, state)  # `DeviceHost._train` reuses them
             requests.append(self._request(dev, groups, start, state))
-        runs = vec.run(requests, plan.round, broadcast, plan.upload, plan.active_groups)
-        return self._device_by_device(plan, broadcast, requests, runs, starts, vec)
+        runs = lockstep.run(requests, plan.round, broadcast, plan.upload, plan.active_groups)
+        return self._device_by_device(plan, broadcast, requests, runs, starts, lockstep)
 
     def _request(self, dev: int, groups: list[str], start: dict[str, np.ndarray] | None = None,
                  state: DeviceState = EMPTY) -> Request:
@@ -98,10 +98,10 @@ class LockstepHost(DeviceHost):
     def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
                           requests: list[Request], runs: list[ChunkRun],
                           starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]],
-                          vec: LockstepTrainer) -> HostResult:
+                          lockstep: LockstepTrainer) -> HostResult:
         """`DeviceHost._train` with the outcomes of the devices that trained in lock-step (it
         trains the others sequentially)."""
-        return self._train(plan, broadcast, starts, vec.outcomes(runs, plan.round))
+        return self._train(plan, broadcast, starts, lockstep.outcomes(runs, plan.round))
 
     def _plain(self, plan: RoundPlan, broadcast: Broadcast) -> bool:
         """Whether every selected device just loads the broadcast, trains and uploads what it
@@ -112,21 +112,21 @@ class LockstepHost(DeviceHost):
         objective = self.spec.objective
         return (self.spec.training.exchange == "params" and broadcast.clusters is None
                 and not self.spec.privacy.on and plan.upload and not plan.report and not self.states
-                and self.vec is not None and not self.vec.use_adapter
+                and self.lockstep is not None and not self.lockstep.use_adapter
                 and not objective.overrides(Objective.device_extras)
                 and not objective.overrides(Objective.device_finish))
 
     def _train_plain(self, plan: RoundPlan, broadcast: Broadcast, mine: np.ndarray,
-                     vec: LockstepTrainer) -> HostResult:
+                     lockstep: LockstepTrainer) -> HostResult:
         """A `_plain` round: the chunks' rows become the result's rows (reordered by id only
         where buckets interleave ids), as `DeviceHost._train` would stack them, without a
         `DeviceOutcome` per device. If a device did not train in lock-step (a bucket raised,
         or it has no samples), the round goes device by device after all."""
         masks = self.pop.sensor_mask
         requests = [self._request(dev, self.groups_of(masks[dev], plan)) for dev in mine.tolist()]
-        runs = vec.run(requests, plan.round, broadcast, active=plan.active_groups)
+        runs = lockstep.run(requests, plan.round, broadcast, active=plan.active_groups)
         if sum(len(run.reqs) for run in runs) < len(requests):
-            return self._device_by_device(plan, broadcast, requests, runs, {}, vec)
+            return self._device_by_device(plan, broadcast, requests, runs, {}, lockstep)
         loss = np.empty(mine.shape[0], np.float64)
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for run in runs:

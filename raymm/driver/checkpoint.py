@@ -47,10 +47,37 @@ class Checkpoint:
     selected: dict[int, Any] = field(default_factory=dict)  # round -> selected ids (pictures)
 
 
+def _core(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in ("execution", "output")}
+
+
+def _digest(core: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def scenario_digest(config: dict[str, Any]) -> str:
     """Identity of a run's scenario: everything but where and how it executes."""
-    core = {k: v for k, v in config.items() if k not in ("execution", "output")}
-    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()
+    return _digest(_core(config))
+
+
+def _earlier_digests(config: dict[str, Any]) -> list[str]:
+    """The digests a checkpoint written while the training engine's switches sat under
+    `training` (`raymm.config.renamed`) holds for this scenario: they were part of its identity
+    then; with and without `closed_form`, which came later than the others."""
+    engine = config.get("execution", {}).get("training")
+    core = _core(config)
+    if not isinstance(engine, dict) or not isinstance(core.get("training"), dict):
+        return []
+    then = {"threads": engine.get("threads"), "vectorise_chunk": engine.get("chunk"),
+            "vectorise": engine.get("path") == "lockstep"}
+    return [_digest({**core, "training": {**core["training"], **then, **extra}})
+            for extra in ({"closed_form": engine.get("closed_form")}, {})]
+
+
+def is_of(config: dict[str, Any], digest: str) -> bool:
+    """Whether a checkpoint's scenario digest is this scenario's (or its digest from before the
+    engine's switches moved)."""
+    return digest == scenario_digest(config) or digest in _earlier_digests(config)
 
 
 def path_of(run_dir: Path, round: int) -> Path:

@@ -10,7 +10,7 @@ exactly the class registered under that name, so a subclass that changes `loss` 
 inherit a reverse pass that no longer matches it.
 
 A fast path must give `Objective.loss`'s numbers to float32 rounding (its tests hold it so),
-and `training.closed_form: false` turns every one off. Registered today:
+and `execution.training.closed_form: false` turns every one off. Registered today:
   * `ce`, by `raymm.training.lockstep.closed_form`: cross-entropy, whose gradient the engine
     writes out itself for a model it knows (a chain of `Linear` and `ReLU`);
   * `tide`, by `policies/objective/tide_closed_form.py`: TIDE's loss after the encoders.

@@ -304,7 +304,7 @@ class LossInputs:
     round: int = 0
     local: dict[str, Tensor] = field(default_factory=dict)   # from the `device_tensors` hook
     groups: tuple[str, ...] = ()        # parameter groups being trained this round
-    #: float [B] sample weights on the vectorised path (1 = real sample, 0 = padding of a short
+    #: float [B] sample weights on the lock-step path (1 = real sample, 0 = padding of a short
     #: last batch); None on the sequential path, where every row is real. See
     #: raymm.training.local_update.
     weight: Tensor | None = None
@@ -352,7 +352,7 @@ class Objective(Policy, ABC):
     #: whether the device-local adapter is used when training
     uses_adapter: bool = False
     #: `loss` keeps the lock-step contract of `raymm.training.local_update` (vmappable, honours
-    #: `LossInputs.weight`): devices may train in lock-step (`training.vectorise: true`)
+    #: `LossInputs.weight`): devices may train in lock-step (`execution.training.path: lockstep`)
     vectorisable: bool = False
     #: with `uses_adapter`: trainers ask the model for the adapter-free task logits plus the
     #: adapter's own detached path (`ModelOutput.personal_logits`, see `MultimodalNet.forward`)
@@ -376,7 +376,7 @@ class Objective(Policy, ABC):
         """(c, names): `loss` adds c * sum over `names` (some of the `trainable` parameters)
         of ||θ - θ_received||², and leaves it out when `LossInputs.proximal_outside` is set.
         A lock-step program under Adam then adds the term and its gradient 2c(θ - θ_received)
-        on its flat parameter buffer (`raymm.training._kernels.stacked_adam`): a few operations a
+        on its flat parameter buffer (`raymm.training._kernels.lockstep_adam`): a few operations a
         step, where autograd takes several per parameter. Default: (0.0, ()), no such term."""
         return 0.0, ()
 

@@ -65,7 +65,7 @@ class Policies:
 class Server:
     def __init__(self, scenario: Scenario, dataset: Dataset, population: Population,
                  policies: Policies) -> None:
-        torch.set_num_threads(scenario.training.threads)
+        torch.set_num_threads(scenario.execution.training.threads)
         self.sc = scenario
         self.dataset = dataset
         # the memory maps of the test inputs (none in memory): let go of after each evaluation

@@ -1,4 +1,4 @@
-"""The accelerator: which torch device a host trains on (`execution.device`), decided in one
+"""The accelerator: which torch device a host trains on (`execution.accelerator`), decided in one
 place for the serial executor and for DeviceActors, and the settings that make training on CUDA
 repeat itself.
 
@@ -32,7 +32,7 @@ log = logging.getLogger("raymm.training.accelerator")
 
 
 class DeviceUnavailable(RaymmError):
-    """`execution.device: cuda` where torch sees no usable GPU."""
+    """`execution.accelerator: cuda` where torch sees no usable GPU."""
 
 
 def choose_accelerator(requested: str, cuda_available: bool,
@@ -60,15 +60,15 @@ def _choose(requested: str, cuda_available: bool,
         return "cpu", None
     if requested == "cuda":
         if gpu_ids is not None and not gpu_ids:
-            raise DeviceUnavailable("execution.device is cuda but Ray gave this DeviceActor no "
-                                    "GPU; set execution.actor.num_gpus > 0")
+            raise DeviceUnavailable("execution.accelerator is cuda but Ray gave this "
+                                    "DeviceActor no GPU; set execution.actor.num_gpus > 0")
         if not cuda_available:
-            raise DeviceUnavailable("execution.device is cuda but torch sees no CUDA device "
-                                    "(a CPU-only torch build, or no GPU on this machine); use "
-                                    "auto or cpu")
+            raise DeviceUnavailable("execution.accelerator is cuda but torch sees no CUDA "
+                                    "device (a CPU-only torch build, or no GPU on this "
+                                    "machine); use auto or cpu")
         return "cuda", None
     if requested != "auto":
-        raise ValueError(f"unknown execution.device {requested!r}")
+        raise ValueError(f"unknown execution.accelerator {requested!r}")
     if gpu_ids is None:
         return ("cuda" if cuda_available else "cpu"), None
     if not gpu_ids:

@@ -11,7 +11,7 @@ business) and a gradient function: `one_device` differentiates the loss with
 no gradient and no step, as in `torch.optim`. Everything else -- the forward pass with the
 given parameters, the objective's loss, the gradient sums of `needs_grad_mean`, the
 optimizer -- is the same code on both paths. This module imports no fast-path kernel: what
-the lock-step path steps differently is injected (`StackedStepper`).
+the lock-step path steps differently is injected (`LockstepStepper`).
 
 `FunctionalOptimizer` is `torch.optim.SGD` (momentum, L2 weight decay; no dampening, no
 Nesterov) and `torch.optim.Adam` (betas 0.9/0.999, eps 1e-8, L2 weight decay, no amsgrad) as
@@ -19,7 +19,7 @@ pure functions, with torch's own operations in torch's order, so the sequential 
 are torch.optim's bit for bit. Every operation is elementwise with Python-scalar coefficients,
 so the same call on stacked [G, ...] tensors is what `vmap` over devices would compute: the
 lock-step path calls it on the stacks directly for SGD. For Adam the lock-step trainer injects
-`raymm.training._kernels.stacked_adam.StackedAdam` (the same algorithm in torch's fused
+`raymm.training._kernels.lockstep_adam.LockstepAdam` (the same algorithm in torch's fused
 kernel, one call for a whole program instead of seven passes per parameter: other last bits
 than the sequential path).
 
@@ -68,10 +68,10 @@ class ModuleCaller(Protocol):
     def __call__(self, params: Mapping[str, Tensor], *args: Any, **kwargs: Any) -> Any: ...
 
 
-class StackedStepper(Protocol):
+class LockstepStepper(Protocol):
     """An optimizer of a lock-step program that holds the stacked parameters itself, sets aside
     the devices without a minibatch and adds the objective's proximal term (the lock-step
-    trainer injects `raymm.training._kernels.stacked_adam.StackedAdam` for Adam)."""
+    trainer injects `raymm.training._kernels.lockstep_adam.LockstepAdam` for Adam)."""
 
     def params(self, k: int | None = None) -> Params: ...
 
@@ -83,7 +83,7 @@ class StackedStepper(Protocol):
 #: (the starting stacks, the optimizer's settings, whether to sum the gradients, the
 #: objective's proximal term (c, names)) -> the stepper of one program
 StepperFactory = Callable[[Params, "FunctionalOptimizer", bool, tuple[float, tuple[str, ...]]],
-                          StackedStepper]
+                          LockstepStepper]
 
 
 class Batch(NamedTuple):
@@ -158,7 +158,7 @@ class FunctionalOptimizer:
         """torch.optim.Adam's arithmetic, with its multi-tensor operations (on CPU they are the
         single-tensor ones, op for op). Parameters that took the same number of steps share one
         bias correction: normally all of them; one that sometimes gets no gradient keeps its
-        own count, as in torch. (Stacks of devices with their own counts: `StackedAdam`.)"""
+        own count, as in torch. (Stacks of devices with their own counts: `LockstepAdam`.)"""
         steps, m, v = dict(state.steps), dict(state.m), dict(state.v)
         by_step: dict[int, dict[str, Tensor]] = {}  # step count -> gradient per parameter
         for name, g in grads.items():

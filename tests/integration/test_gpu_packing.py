@@ -28,7 +28,7 @@ def test_point_one_gpu_actors_pack_ten_per_gpu(tmp_path, ray_session):
                              {"sensors": ["a"], "fraction": 0.5}],
         "execution.executor": "ray", "execution.devices_per_actor": "auto",
         "execution.actor": {"num_cpus": 0.05, "num_gpus": 0.1, "max_restarts": 0},
-        "training.vectorise": True})
+        "execution.training.path": "lockstep"})
     sc = load_scenario(raw)
     ex = RayExecutor(sc.execution)
     ex.start(build_world(sc))

@@ -36,17 +36,17 @@ def outcome(sc: dict, out: Path) -> tuple[dict, pd.DataFrame]:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("vectorise", [False, True])
+@pytest.mark.parametrize("path", ["sequential", "lockstep"])
 def test_mapped_equals_in_memory_on_serial_and_ray(tmp_path: Path, ray_session,
-                                                   vectorise: bool) -> None:
+                                                   path: str) -> None:
     data = tmp_path / "data"
     ref_params, ref_table = outcome(mapped_scenario(data, "serial", mmap=False,
-                                                    **{"training.vectorise": vectorise}),
+                                                    **{"execution.training.path": path}),
                                     tmp_path / "memory")
     assert ref_table["participated"].sum() > 0 and ref_table["accuracy"].notna().sum() == 2
     for executor in ("serial", "ray"):
         params, table = outcome(mapped_scenario(data, executor,
-                                                **{"training.vectorise": vectorise}),
+                                                **{"execution.training.path": path}),
                                 tmp_path / executor)
         assert params.keys() == ref_params.keys()
         for g in ref_params:

@@ -100,7 +100,7 @@ def test_two_node_cluster_runs_a_scenario_on_both_nodes(tmp_path):
              str(REPO / "scenarios" / "quickstart.yaml"), "--set", "rounds=2",
              "--set", "eval.every=2", "--set", f"execution.address={address}",
              "--set", "execution.actor={num_cpus: 1, max_restarts: 0}",
-             "--set", "training.vectorise=true"],
+             "--set", "execution.training.path=lockstep"],
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         line = next((x for x in driver.stdout.splitlines() if x.startswith("PLACEMENT ")), None)
         assert driver.returncode == 0 and line, driver.stdout[-3000:] + driver.stderr[-3000:]

@@ -11,6 +11,7 @@ import torch
 from raymm.app import bare_loop as bl
 from raymm.app import bench, bench_floor
 from raymm.app.build import build_world, load_scenario
+from raymm.errors import RaymmError
 from raymm.models.build import build_model
 
 from needs import needs_intel_digest
@@ -50,8 +51,6 @@ def test_steady_and_sizes():
 
 
 def test_executors_parse_and_bad_ones_are_named():
-    from raymm.errors import RaymmError
-
     assert bench.parse_executors("ray") == ["ray"]
     assert bench.parse_executors("serial, ray,serial") == ["serial", "ray"]
     for bad in ("dask", "ray,gpu", ","):
@@ -59,12 +58,20 @@ def test_executors_parse_and_bad_ones_are_named():
             bench.parse_executors(bad)
 
 
+def test_bench_modes_are_the_training_paths_and_the_old_name_still_reads():
+    assert bench.parse_modes("sequential,lockstep") == ["sequential", "lockstep"]
+    assert bench.parse_modes("vectorised") == ["lockstep"]
+    for bad in ("fast", "lockstep,gpu", ","):
+        with pytest.raises(RaymmError, match="bench: --modes"):
+            bench.parse_modes(bad)
+
+
 @pytest.mark.slow
 def test_bench_command_reports_both_implementations(tmp_path, capsys):
-    args = Namespace(sizes="40:4", rounds=2, seed=0, modes="sequential,vectorised",
+    args = Namespace(sizes="40:4", rounds=2, seed=0, modes="sequential,lockstep",
                      executor="serial", bare_loop=None, out=tmp_path, overrides=[], repeat=1)
     rows = bench.main(args)
-    assert [r["impl"] for r in rows] == ["bare_loop", "raymm sequential", "raymm vectorised"]
+    assert [r["impl"] for r in rows] == ["bare_loop", "raymm sequential", "raymm lockstep"]
     assert rows[0]["ratio"] == 1.0
     for r in rows:
         assert r["steady_s"] > 0 and r["ratio"] == pytest.approx(r["steady_s"] /
@@ -72,7 +79,7 @@ def test_bench_command_reports_both_implementations(tmp_path, capsys):
         assert len(r["round_seconds"]) in (2, 3) and 0 <= r["final_acc"] <= 1
         # raymm's timed rounds: no device fell back from lock-step training
         assert r.get("fallbacks", [0, 0]) == [0, 0] and r.get("fallbacks_all", [0]) == [0]
-    # sequential and vectorised raymm train the same model (to float32 rounding)
+    # sequential and lock-step raymm train the same model (to float32 rounding)
     assert rows[1]["final_acc"] == pytest.approx(rows[2]["final_acc"], abs=0.01)
     assert all(r["tree_pss_mb"] > 0 for r in rows)  # raymm's tree is read between rounds
     saved = json.loads((tmp_path / "bench.json").read_text())

@@ -25,7 +25,7 @@ from raymm.protocol.fast_paths import (
 from raymm.training._kernels.module_call import ModuleCall
 from raymm.training.local_update import Batch, LocalUpdate
 from raymm.training.lockstep.closed_form import closed_form_grads, linear_chain
-from raymm.training.lockstep.gradients import many_devices
+from raymm.training.lockstep.gradients import vmap_autograd
 
 from helpers import tiny_scenario
 from needs import needs_batch_invariant_matmul
@@ -114,7 +114,7 @@ def test_the_closed_form_gives_autograds_loss_and_gradients(encoder, mu):
                   torch.randint(4, (k, b), generator=gen), torch.ones(k, b, 1), weight)
     update = LocalUpdate(ModuleCall(model), objective, TrainingSpec(), use_adapter=False,
                          held=("a",), extras={}, round=1, groups=("sensor:a", "shared"))
-    ref_loss, ref = many_devices(update, update.call, anchor, {}, {}, {})(params, batch)
+    ref_loss, ref = vmap_autograd(update, update.call, anchor, {}, {}, {})(params, batch)
     hand = closed_form_grads(model, objective, params, anchor,
                              proximal=objective.proximal(list(params)), plain=True)
     assert hand is not None
@@ -159,8 +159,9 @@ def _out_dir(tmp_path, monkeypatch):
 ], ids=["identity", "mlp-momentum-2-epochs", "mlp-fedprox", "mlp-fedprox-adam"])
 def test_a_run_in_closed_form_is_the_autograd_and_the_sequential_run(monkeypatch, extra):
     hand, hand_loss, used = _final(monkeypatch, **extra)
-    auto, auto_loss, unused = _final(monkeypatch, **extra, **{"training.closed_form": False})
-    seq, seq_loss, _ = _final(monkeypatch, **extra, **{"training.vectorise": False})
+    auto, auto_loss, unused = _final(monkeypatch, **extra,
+                                     **{"execution.training.closed_form": False})
+    seq, seq_loss, _ = _final(monkeypatch, **extra, **{"execution.training.path": "sequential"})
     assert used > 0 and unused == 0
     for other, other_loss in [(auto, auto_loss), (seq, seq_loss)]:
         assert other.keys() == hand.keys()
@@ -176,6 +177,6 @@ def test_a_devices_closed_form_numbers_do_not_depend_on_the_packing(monkeypatch)
     assert used > 0
     for per, chunk in [(1, 512), (5, 2), (3, 1)]:
         got, _, _ = _final(monkeypatch, **base, **{"execution.devices_per_actor": per,
-                                                   "training.vectorise_chunk": chunk})
+                                                   "execution.training.chunk": chunk})
         for grp in ref:
             assert np.array_equal(got[grp], ref[grp]), (per, chunk, grp)

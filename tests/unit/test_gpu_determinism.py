@@ -120,7 +120,7 @@ def test_gpu_check_repeat_part_on_cpu(tmp_path, capsys):
                           "--repeat-rounds", "1"])
     rep = res["repeat"]
     assert rep["device"] == "cpu" and rep["same"]
-    for mode in ("sequential", "vectorised"):
+    for mode in ("sequential", "lockstep"):
         a, b = rep["runs"][mode]["sha"]
         assert a == b and len(a) == 64
     out = capsys.readouterr().out
@@ -132,9 +132,9 @@ def test_gpu_check_repeat_part_on_cpu(tmp_path, capsys):
     differ = {"same": False, "rounds": 3, "nondeterministic_ops":
               ["adaptive_avg_pool2d_backward_cuda does not have a deterministic implementation"],
               "runs": {"sequential": {"same": True, "sha": ["a" * 64] * 2},
-                       "vectorised": {"same": False, "sha": ["b" * 64, "c" * 64],
+                       "lockstep": {"same": False, "sha": ["b" * 64, "c" * 64],
                                       "max_abs_diff": 3e-8}}}
     line = gpu_check.repeat_line(differ, "NVIDIA H100")
     assert line.startswith("NOT deterministic on NVIDIA H100: sequential: same sha; "
-                           "vectorised: bbbbbbbbbbbb vs cccccccccccc, largest difference 3e-08")
+                           "lockstep: bbbbbbbbbbbb vs cccccccccccc, largest difference 3e-08")
     assert "adaptive_avg_pool2d_backward_cuda" in line

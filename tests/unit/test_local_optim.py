@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from raymm.config.schema import TrainingSpec
-from raymm.training._kernels.stacked_adam import StackedAdam
+from raymm.training._kernels.lockstep_adam import LockstepAdam
 from raymm.training.local_update import FunctionalOptimizer, OptimizerState
 
 
@@ -135,13 +135,13 @@ def test_stacked_devices_step_as_each_alone(kind: str) -> None:
             assert torch.equal(stacked[n][i], alone[i][n]), (n, i)
 
 
-def _stacked_adam(params: dict[str, torch.Tensor], weight_decay: float = 0.0,
-                  grad_sum: bool = False) -> StackedAdam:
-    return StackedAdam(params, 0.01, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS,
+def _lockstep_adam(params: dict[str, torch.Tensor], weight_decay: float = 0.0,
+                  grad_sum: bool = False) -> LockstepAdam:
+    return LockstepAdam(params, 0.01, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS,
                        weight_decay, grad_sum)
 
 
-def test_stacked_adam_gives_a_device_the_same_bits_wherever_it_sits() -> None:
+def test_lockstep_adam_gives_a_device_the_same_bits_wherever_it_sits() -> None:
     """Devices set aside (steps for a prefix only) and per-device step counts: each device's
     parameters are those of the device stepping alone, bit for bit, whatever its row and the
     number of devices beside it (the fused kernel's scalar tail never reaches a device)."""
@@ -151,13 +151,13 @@ def test_stacked_adam_gives_a_device_the_same_bits_wherever_it_sits() -> None:
     start = {"w": torch.randn(g, 4, 3), "b": torch.randn(g, 4), "odd": torch.randn(g, 15)}
     prefix = [7, 7, 5, 2, 7, 4, 1, 7] * 4   # devices with a minibatch in each step
     grads = [{n: torch.randn((k,) + p.shape[1:]) for n, p in start.items()} for k in prefix]
-    together = _stacked_adam(start, grad_sum=True)
+    together = _lockstep_adam(start, grad_sum=True)
     for k, gs in zip(prefix, grads):
         together.step(dict(gs), k)
     sums = together.grad_sums()
     assert sums is not None
     for i in range(g):
-        alone = _stacked_adam({n: p[i:i + 1] for n, p in start.items()}, grad_sum=True)
+        alone = _lockstep_adam({n: p[i:i + 1] for n, p in start.items()}, grad_sum=True)
         for k, gs in zip(prefix, grads):
             if i < k:
                 alone.step({n: t[i:i + 1] for n, t in gs.items()}, 1)
@@ -168,11 +168,11 @@ def test_stacked_adam_gives_a_device_the_same_bits_wherever_it_sits() -> None:
             assert torch.equal(sums[n][i], alone_sums[n][0]), (n, i)
 
 
-def test_stacked_adam_is_torch_adam_up_to_rounding() -> None:
+def test_lockstep_adam_is_torch_adam_up_to_rounding() -> None:
     """The same algorithm as torch.optim.Adam (the fused kernel rounds the update otherwise)."""
     torch.manual_seed(3)
     p0 = torch.randn(3, 40)
-    adam = _stacked_adam({"w": p0})
+    adam = _lockstep_adam({"w": p0})
     ref = p0.clone().requires_grad_(True)
     opt = torch.optim.Adam([ref], lr=0.01, foreach=False)
     for _ in range(20):
@@ -185,11 +185,11 @@ def test_stacked_adam_is_torch_adam_up_to_rounding() -> None:
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_stacked_adam_leaves_a_parameter_without_gradient_as_it_was(weight_decay: float
+def test_lockstep_adam_leaves_a_parameter_without_gradient_as_it_was(weight_decay: float
                                                                      ) -> None:
     torch.manual_seed(4)
     start = {"used": torch.randn(2, 6), "unused": torch.randn(2, 6)}
-    adam = _stacked_adam(start, weight_decay)
+    adam = _lockstep_adam(start, weight_decay)
     for _ in range(3):
         adam.step({"used": torch.randn(2, 6), "unused": None}, 2)
     assert torch.equal(adam.params()["unused"], start["unused"])
@@ -198,14 +198,14 @@ def test_stacked_adam_leaves_a_parameter_without_gradient_as_it_was(weight_decay
         adam.step({"used": torch.randn(2, 6), "unused": torch.randn(2, 6)}, 2)
 
 
-def test_stacked_adams_proximal_term_is_the_losss_own_up_to_rounding() -> None:
-    """c * ||θ - θ_start||² over some parameters, added by `StackedAdam` (value per device and
+def test_lockstep_adams_proximal_term_is_the_losss_own_up_to_rounding() -> None:
+    """c * ||θ - θ_start||² over some parameters, added by `LockstepAdam` (value per device and
     gradient), steps as torch.optim.Adam on a loss that holds the term; devices set aside
     keep their start distance; a parameter outside the term is not pulled."""
     torch.manual_seed(5)
     c, g = 0.7, 3
     start = {"a": torch.randn(g, 4, 3), "free": torch.randn(g, 5), "b": torch.randn(g, 2)}
-    adam = StackedAdam(start, 0.05, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS, 0.0,
+    adam = LockstepAdam(start, 0.05, FunctionalOptimizer.BETAS, FunctionalOptimizer.EPS, 0.0,
                        False, (c, ("a", "b")))
     refs = [{n: p[i].clone().requires_grad_(True) for n, p in start.items()} for i in range(g)]
     opts = [torch.optim.Adam(list(r.values()), lr=0.05, foreach=False) for r in refs]
@@ -227,5 +227,5 @@ def test_stacked_adams_proximal_term_is_the_losss_own_up_to_rounding() -> None:
         for n in start:
             torch.testing.assert_close(adam.params()[n][i], refs[i][n].detach(), rtol=1e-5,
                                        atol=1e-6)
-    assert _stacked_adam(start).step({n: torch.zeros_like(p) for n, p in start.items()}, g) \
+    assert _lockstep_adam(start).step({n: torch.zeros_like(p) for n, p in start.items()}, g) \
         is None

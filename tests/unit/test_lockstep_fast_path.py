@@ -72,7 +72,7 @@ def test_every_lockstep_configuration_runs_the_fast_path(monkeypatch, objective,
     vec = run(load_scenario(sc), out=None)
     assert programs and sum(r["lockstep_fallbacks"] for r in vec.rows) == 0
     assert bool(closed) == closed_form_expected(objective, mix)
-    sc["training"]["vectorise"] = False
+    sc["execution"]["training"] = {"path": "sequential"}
     seq = run(load_scenario(sc), out=None)
     assert seq.params.keys() == vec.params.keys()
     for g in seq.params:

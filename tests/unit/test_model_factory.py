@@ -152,11 +152,13 @@ def test_batch_norm_resume_is_exact(tmp_path):
 
 
 def test_lock_step_falls_back_for_batch_norm_with_a_notice(tmp_path, capsys):
-    fast = run(scenario("test_whole_bn", **{"training.vectorise": True}), out=tmp_path / "v")
+    fast = run(scenario("test_whole_bn", **{"execution.training.path": "lockstep"}),
+               out=tmp_path / "v")
     err = capsys.readouterr().err
     assert err.count("raymm: notice: devices train sequentially") == 1, err
     assert "the model has buffers" in err
-    slow = run(scenario("test_whole_bn", **{"training.vectorise": False}), out=tmp_path / "s")
+    slow = run(scenario("test_whole_bn", **{"execution.training.path": "sequential"}),
+               out=tmp_path / "s")
     assert "notice" not in capsys.readouterr().err
     assert np.array_equal(fast.params["shared"], slow.params["shared"])
 
@@ -263,7 +265,7 @@ def test_a_modules_own_randomness_is_seeded_per_device(tmp_path):
     to the same numbers."""
     runs = [run(scenario("test_dropout", **extra), out=tmp_path / str(i))
             for i, extra in enumerate([{}, {"execution.devices_per_actor": 5},
-                                       {"training.vectorise": True}])]
+                                       {"execution.training.path": "lockstep"}])]
     for other in runs[1:]:
         assert np.array_equal(runs[0].params["shared"], other.params["shared"])
     # lock-step is the default: every run's rows count the devices that fell back

@@ -13,8 +13,8 @@ def script():
 def test_both_sides_run_every_round_in_turns(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario()))
-    rows = script().paired(path, REPO, REPO, 4, [], ["training.vectorise=false"],
-                           ["training.vectorise=true"])
+    rows = script().paired(path, REPO, REPO, 4, [], ["execution.training.path=sequential"],
+                           ["execution.training.path=lockstep"])
     assert [r for r, _, _ in rows] == [1, 2, 3, 4]
     assert all(a > 0 and b > 0 for _, a, b in rows)
     text = script().report(rows, skip=2)

@@ -135,9 +135,10 @@ def test_lock_step_runs_the_same_mechanism_as_sequential(mode):
     does: the same noise streams, so the two runs agree to float32 rounding; a private run
     that skipped the mechanism on either path would be far off (σ·C = 0.025 a coordinate)."""
     dp = {"privacy": {"mode": mode, "noise_multiplier": 0.5, "clip": 0.05}}
-    fast = run(tiny_scenario(**dp, **{"training.vectorise": True}), out="/tmp/raymm_test_privacy")
-    slow = run(tiny_scenario(**dp, **{"training.vectorise": False}), out="/tmp/raymm_test_privacy")
-    plain = run(tiny_scenario(**{"training.vectorise": True}), out="/tmp/raymm_test_privacy")
+    out = "/tmp/raymm_test_privacy"
+    fast = run(tiny_scenario(**dp, **{"execution.training.path": "lockstep"}), out=out)
+    slow = run(tiny_scenario(**dp, **{"execution.training.path": "sequential"}), out=out)
+    plain = run(tiny_scenario(**{"execution.training.path": "lockstep"}), out=out)
     a, b, c = _params(fast), _params(slow), _params(plain)
     for g in b:
         np.testing.assert_allclose(a[g], b[g], rtol=0, atol=1e-5)

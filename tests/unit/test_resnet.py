@@ -1,4 +1,5 @@
-"""ResNet-18 encoders (torchvision, GroupNorm) and where devices train (`execution.device`)."""
+"""ResNet-18 encoders (torchvision, GroupNorm) and the torch device devices train on
+(`execution.accelerator`)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_resnet18_trains_in_lock_step_as_sequentially():
     seq, vec, plan, bcast = host_round(
         {}, **{"dataset.sensors.a": {"dim": 12, "length": 16, "informativeness": 1.0},
                "model.encoders": {"a": "resnet18"}, "training.batch_size": 8})
-    assert vec.vec is not None                 # a lock-step host, not sequential by design
+    assert vec.lockstep is not None                 # a lock-step host, not sequential by design
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     (why, n), = b.lockstep_fallbacks.items()
     assert n == b.device_ids.size and "is_contiguous inside of vmap" in why
@@ -69,15 +70,15 @@ def test_device_choice():
 
 
 def test_cuda_on_ray_without_gpus_is_a_scenario_error():
-    with pytest.raises(ScenarioError, match="execution.device: cuda needs GPUs"):
+    with pytest.raises(ScenarioError, match="execution.accelerator: cuda needs GPUs"):
         load_scenario(tiny_scenario(**{"execution.executor": "ray",
-                                       "execution.device": "cuda"}))
-    load_scenario(tiny_scenario(**{"execution.executor": "ray", "execution.device": "cuda",
+                                       "execution.accelerator": "cuda"}))
+    load_scenario(tiny_scenario(**{"execution.executor": "ray", "execution.accelerator": "cuda",
                                    "execution.actor.num_gpus": 0.25}))
 
 
 def test_serial_cuda_without_a_gpu_stops_before_training(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
-        run(load_scenario(tiny_scenario(**{"execution.device": "cuda"})), out=tmp_path)
+        run(load_scenario(tiny_scenario(**{"execution.accelerator": "cuda"})), out=tmp_path)
     assert not any(tmp_path.rglob("rounds.parquet"))

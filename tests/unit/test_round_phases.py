@@ -11,7 +11,7 @@ def script():
 
 def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"execution.training.path": "lockstep"})))
     fallbacks: list[int] = []
     walls, seconds = script().profile(path, [], 5, tmp_path / "out", fallbacks=fallbacks)
     assert len(walls) == 5 and fallbacks == [0] * 5
@@ -29,7 +29,7 @@ def test_phases_are_timed_inside_the_rounds_and_nest(tmp_path, capsys):
 
 def test_a_sequential_round_is_timed_in_the_sequential_host(tmp_path):
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": False})))
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"execution.training.path": "sequential"})))
     walls, seconds = script().profile(path, [], 3, tmp_path / "out")
     host = seconds["host: training (sequential)"]
     assert 0 < host <= walls[2] and seconds["host: training (lock-step)"] == 0.0
@@ -67,7 +67,7 @@ def test_kernels_are_counted_by_kind_only_in_the_steady_rounds(tmp_path, monkeyp
     from raymm.models.masked import MaskedForward
 
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"execution.training.path": "lockstep"})))
     s = script()
     kernels = s.KernelTimer()
     # the run's final evaluation (after one uncounted round) is not counted
@@ -100,7 +100,7 @@ def test_ablations_report_each_change(tmp_path, capsys):
 
 def test_operations_are_named_with_the_code_that_ran_them(tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(**{"training.vectorise": True})))
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"execution.training.path": "lockstep"})))
     assert script().main([str(path), "--rounds", "4", "--out", str(tmp_path / "o"),
                           "--kernels", "--ops", "1000"]) == 0
     out = capsys.readouterr().out

@@ -4,15 +4,13 @@ configurations and the tools' stress populations) validates and builds."""
 import pytest
 
 from raymm.app.build import build_world, load_scenario
-from raymm.data import DATASETS
 
 from helpers import REPO
-from needs import full_data
+from needs import dataset_files
 from tiny_releases import STANDIN, write_standin
 
 SCENARIOS = sorted(p for folder in ("scenarios", "experiments", "tools")
                    for p in (REPO / folder).rglob("*.yaml"))
-NEEDS_DATA = {"har", "avdigits"}
 #: releases only their users hold (`raymm data prepare`): the scenario loads and builds on a
 #: stand-in file in the prepared layout at the release's real shapes, in place of the release
 RELEASES = set(STANDIN)
@@ -28,10 +26,7 @@ def test_scenario_validates_and_builds(path, monkeypatch, tmp_path):
 
     raw = yaml.safe_load(path.read_text())
     dataset = raw.get("dataset", {})
-    if dataset.get("name") in NEEDS_DATA:
-        loader = DATASETS[dataset["name"]]
-        params = loader.Params(**{k: v for k, v in dataset.items() if k != "name"})
-        full_data(*(p.name for p in loader.required_files(params)))
+    dataset_files(dataset)
     if dataset.get("name") in RELEASES:
         monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
         pop = raw["population"]

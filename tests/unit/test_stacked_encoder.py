@@ -1,5 +1,5 @@
-"""`StackedEncoder` runs an encoder for many devices without `vmap`, with the vmapped call's
-bits forward and backward (`raymm.training._kernels.stacked_encoder`)."""
+"""`LockstepEncoder` runs an encoder for many devices without `vmap`, with the vmapped call's
+bits forward and backward (`raymm.training._kernels.lockstep_encoder`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from torch.func import vmap
 
 from raymm.models.encoders import make_encoder
 from raymm.training._kernels.lockstep_conv import blocked_convolutions, routing_convolutions
+from raymm.training._kernels.lockstep_encoder import LockstepEncoder, encode_devices
 from raymm.training._kernels.module_call import ModuleCall
-from raymm.training._kernels.stacked_encoder import StackedEncoder, encode_devices
 
 #: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
 #: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)
@@ -47,12 +47,12 @@ def _run(encode, params, x, grad_out):  # noqa: ANN001, ANN202
 
 @pytest.mark.parametrize(("kind", "shape"), KINDS)
 @pytest.mark.parametrize("g", [1, 3, 7])
-def test_the_stacked_encoder_gives_the_vmapped_bits_forward_and_backward(
+def test_the_lockstep_encoder_gives_the_vmapped_bits_forward_and_backward(
         kind: str, shape: tuple[int, ...], g: int) -> None:
     gen = torch.Generator().manual_seed(g)
     model = nn.ModuleDict({"s": _encoder(kind, shape)})
     call = ModuleCall(model)
-    assert StackedEncoder.of(call, model["s"]) is not None
+    assert LockstepEncoder.of(call, model["s"]) is not None
     params = _stacked(model, g, gen)
     x = torch.randn((g, 5, *shape), generator=gen)
     grad_out = torch.randn((g, 5, 8), generator=gen)
@@ -84,7 +84,7 @@ def test_layers_it_does_not_know_and_convolutions_outside_a_program_take_vmap() 
     pool_1d = nn.ModuleDict({"s": nn.Sequential(nn.Conv1d(2, 4, 3), nn.AdaptiveAvgPool1d(2))})
     nested = nn.ModuleDict({"s": nn.Sequential(nn.Flatten(), nn.Sequential(nn.Linear(4, 8)))})
     for model in (unknown, pool_1d, nested):
-        assert StackedEncoder.of(ModuleCall(model), model["s"]) is None
+        assert LockstepEncoder.of(ModuleCall(model), model["s"]) is None
     # outside `blocked_convolutions`, vmap's own convolution runs: so does encode_devices
     model = nn.ModuleDict({"s": make_encoder("cnn1d", (16, 3), 8, 16)})
     call = ModuleCall(model)
@@ -102,7 +102,7 @@ def test_a_plan_keeps_no_model_alive() -> None:
 
     model = nn.ModuleDict({"s": make_encoder("cnn1d", (16, 3), 8, 16)})
     call = ModuleCall(model)
-    assert StackedEncoder.of(call, model["s"]) is StackedEncoder.of(call, model["s"])
+    assert LockstepEncoder.of(call, model["s"]) is LockstepEncoder.of(call, model["s"])
     gone = weakref.ref(model)
     del model, call
     gc.collect()

@@ -72,6 +72,6 @@ def test_the_million_device_scenario_validates(capsys):
     out = capsys.readouterr().out
     assert "valid scenario 'stress_1m'" in out and "1000000 devices" in out
     sc = load_scenario(REPO / "tools" / "stress" / "devices_1m.yaml")
-    assert (sc.population.devices, sc.selection.k, sc.training.vectorise) == \
-        (1_000_000, 10_000, True)
+    assert (sc.population.devices, sc.selection.k, sc.execution.training.path) == \
+        (1_000_000, 10_000, "lockstep")
     assert sc.dataset_params()["n_train"] == 10 * sc.population.devices

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from policies.objective.tide import TideObjective, TideObjectiveParams
 from raymm.app.build import build_world, load_scenario
-from raymm.config.schema import ModelSpec
+from raymm.config.schema import EngineSpec, ModelSpec
 from raymm.device.host import DeviceHost, HostSpec
 from raymm.device.lockstep_host import LockstepHost, make_host
 from raymm.models import LOCAL, MultimodalNet
@@ -134,19 +134,21 @@ class PersonalPathOnly(Objective):
         return mean_cross_entropy(inp.out.personal_logits, inp.y, inp.weight)
 
 
-@pytest.mark.parametrize("vectorise", [False, True], ids=["sequential", "lock-step"])
+@pytest.mark.parametrize("lockstep", [False, True], ids=["sequential", "lock-step"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_a_step_on_the_personal_path_leaves_every_global_parameter_unchanged(
-        vectorise: bool, optimizer: str) -> None:
+        lockstep: bool, optimizer: str) -> None:
     sc = load_scenario(tiny_scenario(**{"model.adapter": True, "training.local_epochs": 2,
                                         "training.batch_size": 5, "training.upload": "all",
                                         "training.optimizer": optimizer,
                                         "training.momentum": 0.9 if optimizer == "sgd" else 0,
-                                        "training.vectorise": vectorise}))
+                                        "execution.training.path":
+                                            "lockstep" if lockstep else "sequential"}))
     world = build_world(sc)
-    spec = HostSpec(sc.seed, sc.model, sc.training, PersonalPathOnly())
+    spec = HostSpec(sc.seed, sc.model, sc.training, PersonalPathOnly(),
+                    engine=sc.execution.training)
     host = make_host(np.arange(world.population.n), world.population, world.dataset, spec)
-    assert isinstance(host, LockstepHost) == vectorise
+    assert isinstance(host, LockstepHost) == lockstep
     server = Server(sc, world.dataset, world.population, world.policies)
     plan = RoundPlan(2, np.array([0, 3, 5, 8, 11]), tuple(server.layout.groups))
     bcast = Broadcast(2, server.params, {})
@@ -168,8 +170,9 @@ def test_personal_rule_lock_step_matches_sequential_adapters() -> None:
     world = build_world(sc)
     ids = np.arange(world.population.n)
     hosts = [cls(ids, world.population, world.dataset, HostSpec(
-        sc.seed, sc.model, sc.training.model_copy(update={"vectorise": vec}),
-        world.host_spec.objective)) for cls, vec in ((DeviceHost, False), (make_host, True))]
+        sc.seed, sc.model, sc.training, world.host_spec.objective,
+        engine=EngineSpec(path=path))) for cls, path in ((DeviceHost, "sequential"),
+                                                         (make_host, "lockstep"))]
     server = Server(sc, world.dataset, world.population, world.policies)
     plan = RoundPlan(2, np.array([0, 3, 4, 7, 9, 11]), tuple(server.layout.groups))
     bcast = Broadcast(2, server.params, {})

@@ -173,7 +173,7 @@ def test_a_tide_run_in_closed_form_is_the_autograd_run(monkeypatch, optimizer):
     monkeypatch.setattr(tide_closed_form.TideClosedForm, "__call__", counted)
     hand, hand_loss = _tide(**optimizer)
     used = len(calls)
-    auto, auto_loss = _tide(**optimizer, **{"training.closed_form": False})
+    auto, auto_loss = _tide(**optimizer, **{"execution.training.closed_form": False})
     assert used > 0 and len(calls) == used
     for grp in hand:
         np.testing.assert_allclose(hand[grp], auto[grp], rtol=0, atol=1e-4, err_msg=grp)

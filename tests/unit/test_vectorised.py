@@ -23,10 +23,10 @@ from raymm.models.network import MultimodalNet
 from raymm.protocol.losses import sample_mean
 from raymm.protocol.messages import ClusterModels
 from raymm.protocol.seams import LossInputs, Objective
-from raymm.training._kernels.stacked_encoder import StackedEncoder
+from raymm.training._kernels.lockstep_encoder import LockstepEncoder
 from raymm.training.local_update import FunctionalOptimizer, OptimizerState
 from raymm.training.lockstep.encoders import SensorEncoders
-from raymm.training.lockstep.fallback import why_not_vectorised
+from raymm.training.lockstep.fallback import why_not_lockstep
 
 from helpers import host_round, tiny_scenario
 from needs import needs_batch_invariant_matmul
@@ -49,7 +49,7 @@ def _out_dir(tmp_path, monkeypatch):
     {"objective": {"name": "ce", "mu": 0.5}, "training.momentum": 0.9,
      "training.weight_decay": 0.01},                              # FedProx, momentum, decay
     {"training.optimizer": "adam", "training.lr": 0.01, "training.local_epochs": 2},
-    # lock-step Adam adds the proximal term outside the loss (`StackedAdam`)
+    # lock-step Adam adds the proximal term outside the loss (`LockstepAdam`)
     {"objective": {"name": "ce", "mu": 2.0}, "training.optimizer": "adam", "training.lr": 0.01,
      "training.batch_size": 7},
     {"training.upload": "held", "training.batch_size": 7},       # pod-wise, many padded batches
@@ -69,8 +69,8 @@ def _out_dir(tmp_path, monkeypatch):
 ], ids=["ce", "fedprox-momentum", "adam-2-epochs", "fedprox-adam-batch7", "held-batch7",
         "momentum-2-epochs-batch7", "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
 def test_vectorised_matches_sequential(extra):
-    seq, seq_rows = _params({**extra, "training.vectorise": False})
-    vec, vec_rows = _params({**extra, "training.vectorise": True})
+    seq, seq_rows = _params({**extra, "execution.training.path": "sequential"})
+    vec, vec_rows = _params({**extra, "execution.training.path": "lockstep"})
     assert seq.keys() == vec.keys()
     for g in seq:
         np.testing.assert_allclose(vec[g], seq[g], rtol=0, atol=TOL, err_msg=g)
@@ -89,11 +89,11 @@ def test_vectorised_matches_sequential(extra):
 def test_packing_and_chunking_do_not_change_vectorised_results(extra):
     """Chunks of one device train each device alone; a device's numbers must not depend on
     the devices (with other step counts, set aside and rejoining) it shares a program with."""
-    base = {"training.vectorise": True, "selection.k": 8, "rounds": 3, **extra}
+    base = {"execution.training.path": "lockstep", "selection.k": 8, "rounds": 3, **extra}
     ref, _ = _params(base)
     for per, chunk in [(1, 512), (5, 2), (3, 1)]:
         got, _ = _params({**base, "execution.devices_per_actor": per,
-                          "training.vectorise_chunk": chunk})
+                          "execution.training.chunk": chunk})
         for g in ref:
             assert np.array_equal(got[g], ref[g]), (per, chunk, g)
 
@@ -114,11 +114,11 @@ def test_every_selected_device_is_trained_in_lock_step(training, mixes):
     keep it as received), else one per tier."""
     objective = None if mixes else _PerSensorSet(CEParams())
     seq, vec, plan, bcast = host_round(training, objective=objective)
-    assert isinstance(vec, LockstepHost) and vec.vec is not None
+    assert isinstance(vec, LockstepHost) and vec.lockstep is not None
     assert vec.spec.objective.mixes_sensor_sets is mixes
     calls = []
-    original = vec.vec._train_chunk
-    vec.vec._train_chunk = lambda reqs, *a: calls.append([r.device for r in reqs]) or \
+    original = vec.lockstep._train_chunk
+    vec.lockstep._train_chunk = lambda reqs, *a: calls.append([r.device for r in reqs]) or \
         original(reqs, *a)
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     assert sorted(d for c in calls for d in c) == plan.selected.tolist()
@@ -142,7 +142,7 @@ def test_a_group_a_device_does_not_train_stays_as_received_in_a_mixed_program():
     exactly as broadcast, and the device does not send it."""
     _, vec, plan, bcast = host_round({"optimizer": "adam", "lr": 0.01, "local_epochs": 2,
                                       "upload": "held"})
-    runs = vec.vec.run([vec._request(d, vec.groups_of(vec.pop.sensor_mask[d], plan))
+    runs = vec.lockstep.run([vec._request(d, vec.groups_of(vec.pop.sensor_mask[d], plan))
                         for d in plan.selected.tolist()], plan.round, bcast)
     assert len(runs) == 1
     run_ = runs[0]
@@ -226,10 +226,10 @@ class _Branchy(_NotOptedIn):
 
 
 def test_objective_without_opt_in_trains_sequentially_and_says_why(caplog):
-    assert "vectorisable" in why_not_vectorised(_NotOptedIn())
+    assert "vectorisable" in why_not_lockstep(_NotOptedIn())
     with caplog.at_level(logging.INFO, logger="raymm.training.lockstep"):
         seq, vec, plan, bcast = host_round({}, objective=_NotOptedIn())
-    assert vec.vec is None and "does not declare" in caplog.text
+    assert vec.lockstep is None and "does not declare" in caplog.text
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
     for g in a.updates:
         assert np.array_equal(a.updates[g], b.updates[g])
@@ -352,7 +352,7 @@ def test_a_parameter_the_loss_does_not_use_takes_no_step_on_either_path():
     seq, vec, plan, bcast = host_round({"weight_decay": 0.1, "momentum": 0.9, "batch_size": 7},
                                        objective=_HeadUnused())
     a, b = seq.train(plan, bcast), vec.train(plan, bcast)
-    head = [s for s in vec.vec.layout.slots["shared"] if s.name.startswith("head.")]
+    head = [s for s in vec.lockstep.layout.slots["shared"] if s.name.startswith("head.")]
     assert head
     for res in (a, b):
         for s in head:
@@ -397,11 +397,11 @@ def test_steps_and_mean_gradients_are_each_devices_own():
 
 
 def test_lock_step_is_the_default_and_a_run_that_cannot_use_it_says_why_once(capsys):
-    """`training.vectorise` defaults to lock-step; a scenario whose objective does not opt in
-    trains sequentially, and the run says so once on stderr, naming the reason."""
-    from raymm.config.schema import TrainingSpec
+    """`execution.training.path` defaults to lock-step; a scenario whose objective does not opt
+    in trains sequentially, and the run says so once on stderr, naming the reason."""
+    from raymm.config.schema import EngineSpec
 
-    assert TrainingSpec().vectorise is True
+    assert EngineSpec().path == "lockstep"
     run(load_scenario(tiny_scenario(rounds=1)), out=None)
     assert "notice" not in capsys.readouterr().err
     run(load_scenario(tiny_scenario(rounds=1, method="fedproto")), out=None)
@@ -420,7 +420,7 @@ def test_convolutional_encoders_in_lock_step_do_not_depend_on_the_packing():
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
     base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
-            "rounds": 2, "training.vectorise": True}
+            "rounds": 2, "execution.training.path": "lockstep"}
     ref, _ = _params(base)
     for per in (1, 5):
         got, _ = _params({**base, "execution.devices_per_actor": per})
@@ -437,7 +437,7 @@ def test_a_sensor_a_device_lacks_runs_its_encoder_on_one_zero_sample(monkeypatch
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
     base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
-            "rounds": 2, "training.vectorise": True, "training.upload": "held",
+            "rounds": 2, "execution.training.path": "lockstep", "training.upload": "held",
             "training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7}
     batch_sizes: list[int] = []
     encode = SensorEncoders._encode
@@ -458,7 +458,7 @@ def test_a_sensor_a_device_lacks_runs_its_encoder_on_one_zero_sample(monkeypatch
 
 
 def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(monkeypatch):
-    """`lockstep_conv._direct` makes the grouped call of `device_conv`'s vmap rule without the
+    """`lockstep_conv._direct` makes the grouped call of `lockstep_conv`'s vmap rule without the
     custom operator's Python layers: a lock-step run is bit for bit the run through the
     operator, forward and backward."""
     import raymm.training._kernels.lockstep_conv as lc
@@ -466,13 +466,13 @@ def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(
     sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
                "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
     base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
-            "rounds": 2, "training.vectorise": True, "training.optimizer": "adam",
+            "rounds": 2, "execution.training.path": "lockstep", "training.optimizer": "adam",
             "training.lr": 0.01}
     calls = []
     direct = lc._direct
     monkeypatch.setattr(lc, "_direct", lambda *a: calls.append(1) or direct(*a))
-    # the encoders under vmap, where `_direct` serves (not as `StackedEncoder`'s own calls)
-    monkeypatch.setattr(StackedEncoder, "of", classmethod(lambda cls, call, encoder: None))
+    # the encoders under vmap, where `_direct` serves (not as `LockstepEncoder`'s own calls)
+    monkeypatch.setattr(LockstepEncoder, "of", classmethod(lambda cls, call, encoder: None))
     ref, _ = _params(base)
     assert calls
     monkeypatch.setattr(lc, "_direct", lambda *a: None)
@@ -482,12 +482,12 @@ def test_per_device_convolutions_without_the_custom_operator_give_the_same_bits(
 
 
 def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(monkeypatch):
-    """`StackedEncoder` runs known encoders without vmap, in a closed-form step (TIDE), in a
+    """`LockstepEncoder` runs known encoders without vmap, in a closed-form step (TIDE), in a
     step through the model's loss (cross-entropy, 1-D and 2-D CNNs) and for the devices that
     hold a sensor (`SensorEncoders`): whole lock-step runs equal the runs with every encoder
     under vmap."""
     planned = []
-    of = StackedEncoder.of.__func__
+    of = LockstepEncoder.of.__func__
 
     def watched(cls, call, encoder):  # noqa: ANN001, ANN202
         plan = of(cls, call, encoder)
@@ -500,13 +500,13 @@ def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(
     for extra in ({}, {"method": "tide", "aggregation": {"name": "tide", "warmup": 1}},
                   {"model.encoder": "cnn2d"}):
         base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
-                "rounds": 2, "training.vectorise": True, "training.optimizer": "adam",
+                "rounds": 2, "execution.training.path": "lockstep", "training.optimizer": "adam",
                 "training.lr": 0.01, **extra}
         planned.clear()
-        monkeypatch.setattr(StackedEncoder, "of", classmethod(watched))
+        monkeypatch.setattr(LockstepEncoder, "of", classmethod(watched))
         stacked, _ = _params(base)
         assert planned and all(planned)
-        monkeypatch.setattr(StackedEncoder, "of", classmethod(lambda cls, call, encoder: None))
+        monkeypatch.setattr(LockstepEncoder, "of", classmethod(lambda cls, call, encoder: None))
         under_vmap, _ = _params(base)
         for g in stacked:
             assert np.array_equal(under_vmap[g], stacked[g]), (extra, g)

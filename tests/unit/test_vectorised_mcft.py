@@ -6,7 +6,7 @@ frozen earlier-modality branches that differ per device.
 Tolerance on server params, cluster models and every device's kept vectors after six rounds
 (three chain phases, sync every 2 rounds): 1e-4 absolute for all but 0.5% of the values, 1e-3
 for every one. Only float32 rounding differs -- summation order, and lock-step Adam's fused
-kernel (`raymm.training._kernels.stacked_adam`), which rounds the update otherwise; Adam turns that
+kernel (`raymm.training._kernels.lockstep_adam`), which rounds the update otherwise; Adam turns that
 into a
 step of up to the learning rate where a gradient is near zero (measured: 2 of 1,174 values
 2.4e-4 apart, every other within 8e-6).
@@ -44,10 +44,11 @@ def _agree(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
     assert (diff > tol).mean() <= OUTLIERS, (what, int((diff > tol).sum()), diff.size)
 
 
-def _run(vectorise: bool, *overrides: str, per_host: int = 5
+def _run(lockstep: bool, *overrides: str, per_host: int = 5
          ) -> tuple[SerialExecutor, list[float]]:
     sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=2", "eval.every=3",
-                                  f"training.vectorise={str(vectorise).lower()}", *overrides])
+                                  "execution.training.path="
+                                  f"{'lockstep' if lockstep else 'sequential'}", *overrides])
     world = build_world(sc)
     ex = SerialExecutor(devices_per_host=per_host)
     ex.start(world)
@@ -59,7 +60,7 @@ def test_mcft_vectorised_matches_sequential(caplog) -> None:
     seq, seq_loss = _run(False)
     with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         vec, vec_loss = _run(True)
-    assert all(isinstance(h, LockstepHost) and h.reason is None and h.vec is not None
+    assert all(isinstance(h, LockstepHost) and h.reason is None and h.lockstep is not None
                for h in vec.hosts)
     assert "failed" not in caplog.text and "sequentially" not in caplog.text
     assert not any(isinstance(h, LockstepHost) for h in seq.hosts)
@@ -266,24 +267,24 @@ def test_encoders_the_stage_loss_does_not_read_are_left_out_with_the_same_bits(m
         unread.append(own_unread(self, groups, held, extras))
         return unread[-1]
     monkeypatch.setattr(SequentialTrainer, "unread", spy)
-    for vectorise in (False, True):
+    for lockstep in (False, True):
         encoded.clear()
         unread.clear()
-        skip, skip_loss = _run(vectorise)
+        skip, skip_loss = _run(lockstep)
         skipped_calls = sum(encoded)
         # the first phase (dom) reads neither mid nor weak; the last reads every held one
         assert any(u.keys() == {"mid", "weak"} for u in unread), unread
         assert all(w == 16 for u in unread for w in u.values())   # the embedding width
         encoded.clear()
         monkeypatch.setattr(MCFTStage, "sensors_read", lambda self, groups, held, extras: None)
-        full, full_loss = _run(vectorise)
+        full, full_loss = _run(lockstep)
         monkeypatch.undo()
         monkeypatch.setattr(network, "embed", counting)
         monkeypatch.setattr(SequentialTrainer, "unread", spy)
-        assert skipped_calls < sum(encoded), vectorise
-        assert skip_loss == full_loss, vectorise
+        assert skipped_calls < sum(encoded), lockstep
+        assert skip_loss == full_loss, lockstep
         for g in full.server.params:
-            assert np.array_equal(skip.server.params[g], full.server.params[g]), (vectorise, g)
+            assert np.array_equal(skip.server.params[g], full.server.params[g]), (lockstep, g)
         models = full.server.policies.aggregator.models
         assert models and models.keys() == skip.server.policies.aggregator.models.keys()
         for g in models:

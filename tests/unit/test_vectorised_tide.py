@@ -27,10 +27,10 @@ from helpers import tiny_scenario
 TOL = 1e-4
 
 
-def _scenario(vectorise: bool, adapter_path: str = "personal", mu: float = 0.01) -> dict:
+def _scenario(path: str, adapter_path: str = "personal", mu: float = 0.01) -> dict:
     # batch 7: most devices end an epoch on a padded batch; warm-up 1: prototypes from round 2
     return tiny_scenario(**{"method": "tide", "rounds": 4, "training.lr": 0.01,
-                            "training.batch_size": 7, "training.vectorise": vectorise,
+                            "training.batch_size": 7, "execution.training.path": path,
                             "aggregation": {"name": "tide", "warmup": 1},
                             "objective.adapter_path": adapter_path, "objective.mu": mu})
 
@@ -40,17 +40,17 @@ def _out_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # run(out=None) writes under ./runs
 
 
-# mu 3: lock-step Adam adds the proximal term outside the loss (`StackedAdam`), and there it
+# mu 3: lock-step Adam adds the proximal term outside the loss (`LockstepAdam`), and there it
 # moves the parameters by far more than the tolerance
 @pytest.mark.parametrize("adapter_path,mu", [("personal", 0.01), ("joint", 0.01),
                                              ("personal", 3.0)])
-def test_tide_vectorised_matches_sequential(caplog, adapter_path, mu):
-    sc = load_scenario(_scenario(True, adapter_path, mu))
+def test_tide_lockstep_matches_sequential(caplog, adapter_path, mu):
+    sc = load_scenario(_scenario("lockstep", adapter_path, mu))
     world = build_world(sc)
     host = make_host(np.arange(world.population.n), world.population, world.dataset,
                      world.host_spec)
-    assert isinstance(host, LockstepHost) and host.reason is None and host.vec is not None
-    seq = run(load_scenario(_scenario(False, adapter_path, mu)), out=None)
+    assert isinstance(host, LockstepHost) and host.reason is None and host.lockstep is not None
+    seq = run(load_scenario(_scenario("sequential", adapter_path, mu)), out=None)
     with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         vec = run(sc, out=None)
     # no bucket fell back to sequential training

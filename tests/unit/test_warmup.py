@@ -17,7 +17,7 @@ from helpers import tiny_scenario
 
 
 def _hosts_and_round(**overrides: object) -> tuple:
-    sc = load_scenario(tiny_scenario(**{"training.vectorise": True, "method": "tide",
+    sc = load_scenario(tiny_scenario(**{"execution.training.path": "lockstep", "method": "tide",
                                         **overrides}))
     world = build_world(sc)
     ids = np.arange(world.population.n)
@@ -30,7 +30,7 @@ def _hosts_and_round(**overrides: object) -> tuple:
 
 def test_warm_up_leaves_weights_state_and_random_stream_alone() -> None:
     _, host, _, _ = _hosts_and_round()
-    assert host.vec is not None, "the tiny TIDE scenario should train in lock-step"
+    assert host.lockstep is not None, "the tiny TIDE scenario should train in lock-step"
     model = host.trainer.model
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     rng = torch.get_rng_state()
@@ -56,7 +56,7 @@ def test_warmed_up_host_trains_like_a_cold_one() -> None:
 
 def test_warm_up_works_on_a_sequential_host() -> None:
     """A host that trains one device at a time (no lock-step trainer) warms up too."""
-    cold, warm, plan, bcast = _hosts_and_round(**{"training.vectorise": False})
+    cold, warm, plan, bcast = _hosts_and_round(**{"execution.training.path": "sequential"})
     warm_up(warm)
     assert np.array_equal(cold.train(plan, bcast).loss, warm.train(plan, bcast).loss)
 

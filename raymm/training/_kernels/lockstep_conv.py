@@ -10,7 +10,7 @@ PyTorch's own grouped convolution (oneDNN off) keeps them apart but made a TIDE 
 twice as slow, and one oneDNN call per device half as slow again.
 
 Here, while a program runs (`blocked_convolutions`), `F.conv1d`/`F.conv2d` on per-device
-weights go through `raymm::device_conv`, whose vmap rule makes every call hold at least 2
+weights go through `raymm::lockstep_conv`, whose vmap rule makes every call hold at least 2
 groups and 8 input channels in all (`MIN_GROUPS`, `MIN_CHANNELS`): a program of fewer devices is
 padded with zero devices. Past those, oneDNN computes every group alike whatever the group
 count and the group's position, so a device's numbers are those of any other packing.
@@ -55,14 +55,14 @@ MIN_GROUPS = 2
 _PLAIN: dict[int, Callable[..., Tensor]] = {1: F.conv1d, 2: F.conv2d}
 
 
-@torch.library.custom_op("raymm::device_conv", mutates_args=())
-def device_conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
+@torch.library.custom_op("raymm::lockstep_conv", mutates_args=())
+def lockstep_conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
                 padding: list[int], dilation: list[int], groups: int) -> Tensor:
     """One device's convolution (1-D or 2-D by the weight's rank); the vmap rule is the point."""
     return _PLAIN[weight.dim() - 2](x, weight, bias, stride, padding, dilation, groups)
 
 
-@device_conv.register_fake
+@lockstep_conv.register_fake
 def _(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int], padding: list[int],
       dilation: list[int], groups: int) -> Tensor:
     return _PLAIN[weight.dim() - 2](x, weight, bias, stride, padding, dilation, groups)
@@ -129,7 +129,7 @@ def grouped_conv(g: int, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor,
     return (out.squeeze(3) if one_d else out), 1
 
 
-torch.library.register_vmap("raymm::device_conv", _blocked)
+torch.library.register_vmap("raymm::lockstep_conv", _blocked)
 
 #: how many `blocked_convolutions` blocks are open (`routing_convolutions`)
 _ROUTING = 0
@@ -204,12 +204,12 @@ class _WeightGradInBlocks(torch.autograd.Function):
 
 def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
             padding: list[int], dilation: list[int], groups: int) -> Tensor | None:
-    """`device_conv` under one plain `vmap` level, without the custom operator's Python
+    """`lockstep_conv` under one plain `vmap` level, without the custom operator's Python
     layers (a third of a TIDE round's encoder time): the per-device tensors are unwrapped,
     convolved by `grouped_conv` -- the very call the vmap rule makes -- and the result wrapped
     again; autograd records the grouped call as it would inside the rule. None when the
     tensors are not that simple (another transform, or several vmap levels): the caller then
-    takes `device_conv`."""
+    takes `lockstep_conv`."""
     tensors = (x, weight, bias)
     levels = {_ft.maybe_get_level(t) for t in tensors if t is not None and _ft.is_batchedtensor(t)}
     if len(levels) != 1:
@@ -235,7 +235,7 @@ def _direct(x: Tensor, weight: Tensor, bias: Tensor | None, stride: list[int],
 
 def _routed(plain: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """`plain` (F.conv1d or F.conv2d), sending calls on per-device tensors through
-    `device_conv`."""
+    `lockstep_conv`."""
     def conv(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,
              padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
         batched = torch._C._functorch.is_batchedtensor
@@ -244,7 +244,7 @@ def _routed(plain: Callable[..., Tensor]) -> Callable[..., Tensor]:
         dims = weight.dim() - 2
         args = (_pair(stride, dims), _pair(padding, dims), _pair(dilation, dims), groups)
         out = _direct(input, weight, bias, *args)
-        return out if out is not None else device_conv(input, weight, bias, *args)
+        return out if out is not None else lockstep_conv(input, weight, bias, *args)
     return conv
 
 
@@ -267,7 +267,7 @@ def _pooled(plain: Callable[..., Tensor], dims: int) -> Callable[..., Tensor]:
 def global_mean(t: Tensor, dims: int) -> Tensor:
     """The mean over `t`'s last `dims` axes, kept as size 1: a sum and a division, as torch's
     mean computes it; its gradient reaches the layer before as a broadcast view, not a tensor
-    in another memory order. `stacked_encoder` pools with it too, for the same bits."""
+    in another memory order. `lockstep_encoder` pools with it too, for the same bits."""
     return t.sum(tuple(range(-dims, 0)), keepdim=True) / math.prod(t.shape[-dims:])
 
 

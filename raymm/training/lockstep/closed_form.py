@@ -1,7 +1,7 @@
 """The engine's own lock-step gradient written out by hand: a chain of `Linear` and `ReLU`
 under cross-entropy, registered for the `ce` objective (`raymm.protocol.fast_paths`).
 
-A lock-step step (`raymm.training.lockstep.gradients.many_devices`) runs the loss under `vmap`
+A lock-step step (`raymm.training.lockstep.gradients.vmap_autograd`) runs the loss under `vmap`
 and takes one reverse pass of autograd: general, and for a small model mostly overhead. The
 batched products below do the same work in a few calls per layer (docs/performance.md,
 "Gradients written out").
@@ -16,7 +16,8 @@ the loss; the caller then keeps autograd. It knows:
     FedAvg and FedProx.
 The numbers are the autograd path's up to float32 rounding (the products and sums run in
 another order): `tests/unit/test_closed_form.py` holds the gradients and losses to it, and a
-device's numbers to every packing. `training.closed_form: false` keeps autograd everywhere.
+device's numbers to every packing. `execution.training.closed_form: false` keeps autograd
+everywhere.
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ def linear_chain(model: nn.Module) -> tuple[str, list[Dense]] | None:
 
 def closed_form_grads(model: nn.Module, objective: Objective, params: Params, anchor: Params,
                       *, proximal: tuple[float, tuple[str, ...]], plain: bool) -> GradFn | None:
-    """The gradient function of a lock-step program (`gradients.many_devices`'s contract:
+    """The gradient function of a lock-step program (`gradients.vmap_autograd`'s contract:
     `(params, batch) -> (loss [k], grads)` for the first k devices), or None where this module
     does not know the model or the objective's loss (`ClosedForm.task_cross_entropy`).
     `params`/`anchor`: the program's trained stacks and their starting values; `proximal`:
     (c, names) of a c·||θ - θ_received||² over those parameters that the loss holds (c = 0:
-    none, or added outside the loss, as `StackedAdam` does); `plain`: nothing else reaches the
+    none, or added outside the loss, as `LockstepAdam` does); `plain`: nothing else reaches the
     forward pass (no frozen or shared parameters in the chain, no device tensors, no
     per-device masks or encoder plan, no adapter)."""
     fast = closed_form_for(objective)

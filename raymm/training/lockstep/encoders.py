@@ -11,7 +11,7 @@ device-sensor pairs lack the sensor (docs/performance.md, "Programs that mix sen
 
 `SensorEncoders` computes each sensor's embeddings outside the model: the devices that hold
 the sensor (or train its encoder) run it on their minibatch, in one call for all of them
-(`stacked_encoder.encode_devices`); the others run it on a single zero sample without
+(`lockstep_encoder.encode_devices`); the others run it on a single zero sample without
 gradient, broadcast over the batch. The model then takes
 those embeddings instead of running its encoders (`RaymmNet.takes_embeddings`). The same
 numbers up to float32 rounding (a zero sample's embedding is computed in a call of another
@@ -29,8 +29,8 @@ from torch import Tensor, nn
 
 from raymm.models import RaymmNet
 from raymm.training._kernels.lockstep_conv import select_devices
+from raymm.training._kernels.lockstep_encoder import encode_devices
 from raymm.training._kernels.module_call import ModuleCall
-from raymm.training._kernels.stacked_encoder import encode_devices
 from raymm.training.local_update import Params
 
 

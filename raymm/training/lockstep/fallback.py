@@ -1,5 +1,5 @@
 """When a lock-step program cannot run, or raises: why an objective or model cannot train in
-lock-step at all (`why_not_vectorised`), and strict mode (`RAYMM_STRICT_LOCKSTEP=1`), under
+lock-step at all (`why_not_lockstep`), and strict mode (`RAYMM_STRICT_LOCKSTEP=1`), under
 which a program that falls back to sequential training stops the run instead
 (`LockstepFallback`): a fast path must not fail in silence in the tests and the reference runs.
 """
@@ -36,7 +36,7 @@ def fallback_error(where: str, fallbacks: Mapping[str, int]) -> LockstepFallback
                             f"({reasons}); {STRICT_VAR}=1 makes that an error")
 
 
-def why_not_vectorised(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
+def why_not_lockstep(objective: Objective, model: torch.nn.Module | None = None) -> str | None:
     """The reason this objective/model cannot train in lock-step, or None when it can."""
     if not objective.vectorisable:
         return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "

@@ -1,11 +1,11 @@
 """The gradient of a lock-step step, every device's at once, picked once per program.
 
 Devices share no parameters, so the gradient of the sum of the devices' losses with respect to
-a device's stacked parameters is that device's own gradient: `many_devices` runs
+a device's stacked parameters is that device's own gradient: `vmap_autograd` runs
 `LocalUpdate.loss` under `vmap` (one loss per device) and takes one `torch.autograd.grad` of
 their sum. One plain reverse pass through the batched operations costs far less than
 `vmap(grad(loss))`, whose per-operation transform was most of a step's time at these model
-sizes. Encoders that `StackedEncoder` knows run before the vmapped loss, as their own calls on
+sizes. Encoders that `LockstepEncoder` knows run before the vmapped loss, as their own calls on
 the device-stacked tensors (`_outside_vmap`); an objective's loss after the encoders written
 out by hand (`raymm.protocol.fast_paths`) replaces the vmapped loss (`_closed_step`), and the
 engine's own closed form of a whole model (`raymm.training.lockstep.closed_form`) replaces
@@ -23,8 +23,8 @@ from torch.func import vmap
 
 from raymm.models.network import RaymmNet
 from raymm.protocol.fast_paths import ClosedFormLoss
+from raymm.training._kernels.lockstep_encoder import LockstepEncoder, encode_devices
 from raymm.training._kernels.module_call import ModuleCall
-from raymm.training._kernels.stacked_encoder import StackedEncoder, encode_devices
 from raymm.training.local_update import Batch, GradFn, Grads, LocalUpdate, Params
 
 
@@ -38,7 +38,7 @@ class EncoderPlan(Protocol):
     def zero_grads(self, grads: MutableMapping[str, Tensor | None], params: Params) -> None: ...
 
 
-def many_devices(update: LocalUpdate, call: ModuleCall, anchor: Params, shared: Params,
+def vmap_autograd(update: LocalUpdate, call: ModuleCall, anchor: Params, shared: Params,
                  frozen: Params, local: Params, keeps: Mapping[str, Tensor] | None = None,
                  encoders: EncoderPlan | None = None,
                  closed: ClosedFormLoss | None = None,
@@ -54,13 +54,13 @@ def many_devices(update: LocalUpdate, call: ModuleCall, anchor: Params, shared: 
     place of the model's fusion and heads and of `loss` under `vmap`, the encoders running
     before it (`encode_devices`; `encoder_params`: each sensor's encoder's parameter
     names), their gradients from the embeddings' by autograd. Without one, the encoders
-    `StackedEncoder` knows run before the vmapped loss too (`_outside_vmap`)."""
+    `LockstepEncoder` knows run before the vmapped loss too (`_outside_vmap`)."""
     return _ManyDevices(update, call, anchor, shared, frozen, local, keeps or {}, encoders,
                         closed, encoder_params or {})
 
 
 class _ManyDevices:
-    """`many_devices`'s gradient function: state kept from step to step (each prefix's rows,
+    """`vmap_autograd`'s gradient function: state kept from step to step (each prefix's rows,
     the rows to drop, the encoders run outside vmap, fixed at the first step)."""
 
     def __init__(self, update: LocalUpdate, call: ModuleCall, anchor: Params, shared: Params,
@@ -139,7 +139,7 @@ def _outside_vmap(update: LocalUpdate, call: ModuleCall, encoder_names: Mapping[
                   params: Params, closed: bool) -> dict[str, tuple[nn.Module, list[str]]]:
     """Sensor -> (encoder, its parameter names) for the encoders a lock-step step runs
     before the loss (`encode_devices`), the model taking their embeddings: every read
-    sensor's with a closed-form loss; else those that `StackedEncoder` runs without vmap,
+    sensor's with a closed-form loss; else those that `LockstepEncoder` runs without vmap,
     every weight trained (the same bits as inside the loss's vmap, less vmap's layers)."""
     model = call.model
     if not isinstance(model, RaymmNet) or not model.takes_embeddings:
@@ -150,13 +150,13 @@ def _outside_vmap(update: LocalUpdate, call: ModuleCall, encoder_names: Mapping[
     return {m: (encoders[m], list(encoder_names[m])) for m in model.sensors
             if m not in update.unread and m in encoder_names
             and (closed or (set(encoder_names[m]) <= params.keys()
-                            and StackedEncoder.of(call, encoders[m]) is not None))}
+                            and LockstepEncoder.of(call, encoders[m]) is not None))}
 
 
 def _closed_step(update: LocalUpdate, closed: ClosedFormLoss, leaves: Params,
                  emb: dict[str, Tensor], batch: Batch, anchor: Params,
                  prox: tuple[float, tuple[str, ...]]) -> tuple[Tensor, dict[str, Tensor | None]]:
-    """`many_devices`'s step through a closed-form loss: every sensor's embeddings (the
+    """`vmap_autograd`'s step through a closed-form loss: every sensor's embeddings (the
     given ones, zeros for the unread; `emb` holds the rest), the loss and gradients from
     `closed`, the encoders' gradients by autograd from the embeddings', and the proximal
     term `prox` where the loss would hold it."""

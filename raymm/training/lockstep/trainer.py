@@ -16,7 +16,7 @@ of it: step s runs on that prefix only, and the devices after it are set aside a
 exactly its own steps and no others, so nothing is computed for devices without a minibatch,
 and a bucket's step count is that of its longest device rather than one program per distinct
 step count. Under Adam a device set aside rejoins having skipped steps: its bias correction
-follows its own step count (`raymm.training._kernels.stacked_adam`). The last minibatch of an
+follows its own step count (`raymm.training._kernels.lockstep_adam`). The last minibatch of an
 epoch is shorter for some devices than for others: it is padded to the batch size, and
 `LossInputs.weight` marks real rows 1 and padding 0. An objective that declares
 `mixes_sensor_sets` lets devices of every sensor set share a bucket: a sensor a device lacks is
@@ -91,8 +91,8 @@ from raymm.phases import phase
 from raymm.protocol.fast_paths import ClosedFormLoss, closed_form_for
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
+from raymm.training._kernels.lockstep_adam import LockstepAdam
 from raymm.training._kernels.lockstep_conv import blocked_convolutions
-from raymm.training._kernels.stacked_adam import StackedAdam
 from raymm.training.local_update import (
     Batch,
     FunctionalOptimizer,
@@ -107,19 +107,19 @@ from raymm.training.lockstep.closed_form import closed_form_grads
 from raymm.training.lockstep.encoders import SensorEncoders
 from raymm.training.lockstep.fallback import fallback_error, strict
 from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
-from raymm.training.lockstep.gradients import many_devices
+from raymm.training.lockstep.gradients import vmap_autograd
 from raymm.training.sequential import DeviceOutcome, SequentialTrainer
 
 log = logging.getLogger("raymm.training.lockstep")
 
 
-def _stacked_adam(params: Params, opt: FunctionalOptimizer, grad_sum: bool,
-                  proximal: tuple[float, tuple[str, ...]]) -> StackedAdam:
-    return StackedAdam(params, opt.lr, opt.BETAS, opt.EPS, opt.weight_decay, grad_sum, proximal)
+def _lockstep_adam(params: Params, opt: FunctionalOptimizer, grad_sum: bool,
+                  proximal: tuple[float, tuple[str, ...]]) -> LockstepAdam:
+    return LockstepAdam(params, opt.lr, opt.BETAS, opt.EPS, opt.weight_decay, grad_sum, proximal)
 
 
 #: the optimizers that step a program's stacks themselves, by `training.optimizer`
-STEPPERS: dict[str, StepperFactory] = {"adam": _stacked_adam}
+STEPPERS: dict[str, StepperFactory] = {"adam": _lockstep_adam}
 
 # --------------------------------------------------------------------------- trainer
 
@@ -211,9 +211,12 @@ class LockstepTrainer:
     copy on the accelerator): `run` gives the trained rows, `outcomes` the `DeviceOutcome`s
     the sequential path would give."""
 
-    def __init__(self, base: SequentialTrainer, chunk: int = 1024) -> None:
+    def __init__(self, base: SequentialTrainer, chunk: int = 1024,
+                 closed_form: bool = True) -> None:
         self.base = base
         self.chunk = chunk
+        #: `execution.training.closed_form`: hand-written gradients where a model and loss allow
+        self.closed_form = closed_form
         self.model = base.model
         self.layout = base.layout
         self.sensors = base.dataset.sensors
@@ -264,7 +267,7 @@ class LockstepTrainer:
                 try:
                     runs.append(self._train_chunk(chunk, rnd, extras))
                 except Exception as exc:  # noqa: BLE001 - those devices go sequential
-                    log.warning("vectorised training of %d device(s) failed (%s: %s); they "
+                    log.warning("lock-step training of %d device(s) failed (%s: %s); they "
                                 "train sequentially", len(chunk), type(exc).__name__, exc)
                     why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                     self.fallbacks[why] = self.fallbacks.get(why, 0) + len(chunk)
@@ -414,19 +417,19 @@ class LockstepTrainer:
 
     def _gradient(self, p: _Program, f: _Feed, update: LocalUpdate) -> GradFn:
         """The program's gradient, picked once: a model and loss known in closed form skip
-        autograd (`raymm.training.lockstep.closed_form`); else `gradients.many_devices`, with
+        autograd (`raymm.training.lockstep.closed_form`); else `gradients.vmap_autograd`, with
         the objective's loss after the encoders in closed form where one is registered
         (`raymm.protocol.fast_paths`), else the loss under vmap and autograd (the encoders
-        `StackedEncoder` knows outside it)."""
+        `LockstepEncoder` knows outside it)."""
         keeps = p.keeps
         encoders = self._encoder_plan(p.helds, p.names, keeps)
         if encoders is not None:   # masks the plan makes redundant
             keeps = {n: keep for n, keep in keeps.items() if n not in encoders.unmasked}
-        plain = self.base.training.closed_form and not (
+        plain = self.closed_form and not (
             p.local_t or keeps or encoders or p.unread or f.frozen or self.use_adapter)
         return closed_form_grads(self.model, self.objective, p.params, p.anchor,
                                  proximal=update.proximal_in_loss(p.names), plain=plain) \
-            or many_devices(update, self.base.call, p.anchor, p.shared, p.dev_frozen,
+            or vmap_autograd(update, self.base.call, p.anchor, p.shared, p.dev_frozen,
                             p.local_t, keeps, encoders,
                             self._closed_loss(p.names, f.frozen, p.unread, p.local_t),
                             self.encoder_params)
@@ -445,7 +448,7 @@ class LockstepTrainer:
         """The objective's loss after the encoders in closed form, where one is registered for
         it (`raymm.protocol.fast_paths`) that covers this program: every encoder it runs
         trained, no device tensors."""
-        if not self.base.training.closed_form or local_t or not self.model.takes_embeddings:
+        if not self.closed_form or local_t or not self.model.takes_embeddings:
             return None
         run = [m for m in self.sensors if m not in frozen and m not in unread]
         if not all(set(self.encoder_params[m]) <= set(names) for m in run):

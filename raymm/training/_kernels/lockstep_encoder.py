@@ -8,11 +8,11 @@ those calls. The wrapping around them (the module's `__call__`s, swapping weight
 small encoder's forward and backward (docs/performance.md, "Encoders run without vmap's
 layers").
 
-`StackedEncoder` makes those physical calls itself, layer by layer, for an `nn.Sequential` of
+`LockstepEncoder` makes those physical calls itself, layer by layer, for an `nn.Sequential` of
 the layers it knows (`Channels`, `Conv1d`/`Conv2d` with zero padding, `ReLU`, global average
 pools and 2-D adaptive ones, `Flatten`, `Linear`): the same operations on the same tensors in
 the same memory order, so the same bits forward and backward
-(`tests/unit/test_stacked_encoder.py` holds every supported kind to the vmapped call's bits;
+(`tests/unit/test_lockstep_encoder.py` holds every supported kind to the vmapped call's bits;
 the reference runs hold whole trainings to them). Any other module, or tensors under a further
 transform, run under `vmap` as before (`encode_devices`). A tensor here carries its device
 axis at dim 0 (as given) or 1 (as a grouped convolution returns it), and each device's own
@@ -44,19 +44,19 @@ def encode_devices(call: ModuleCall, encoder: nn.Module, params: Params, x: Tens
     """`vmap(lambda p, xb: call.run(p, encoder, xb))(params, x)`: the devices' embeddings
     `[g, B, E]` of their inputs `x` `[g, B, *S]`, every tensor of `params` stacked per device
     (the same bits either way; see the module docstring)."""
-    stacked = StackedEncoder.of(call, encoder)
+    stacked = LockstepEncoder.of(call, encoder)
     if stacked is not None and (routing_convolutions() or not stacked.convolves) and \
             not any(_ft.is_functorch_wrapped_tensor(t) for t in (x, *params.values())):
         return stacked(params, x)
     return vmap(lambda p, xb: call.run(p, encoder, xb))(dict(params), x)
 
 
-class StackedEncoder:
+class LockstepEncoder:
     """An encoder's layers as physical calls on device-stacked tensors (module docstring)."""
 
     #: per call, its encoders' plans by the encoder's id (None: not supported); a plan holds
     #: no module, so a run's model goes when its call does
-    _plans: weakref.WeakKeyDictionary[ModuleCall, dict[int, StackedEncoder | None]] = \
+    _plans: weakref.WeakKeyDictionary[ModuleCall, dict[int, LockstepEncoder | None]] = \
         weakref.WeakKeyDictionary()
 
     def __init__(self, layers: list[Layer], convolves: bool) -> None:
@@ -66,7 +66,7 @@ class StackedEncoder:
         self.convolves = convolves
 
     @classmethod
-    def of(cls, call: ModuleCall, encoder: nn.Module) -> StackedEncoder | None:
+    def of(cls, call: ModuleCall, encoder: nn.Module) -> LockstepEncoder | None:
         """The plan for `encoder` (a part of `call.model`), None where a layer is not one this
         module knows; made once per encoder."""
         plans = cls._plans.setdefault(call, {})
@@ -75,7 +75,7 @@ class StackedEncoder:
         return plans[id(encoder)]
 
     @classmethod
-    def _plan(cls, call: ModuleCall, encoder: nn.Module) -> StackedEncoder | None:
+    def _plan(cls, call: ModuleCall, encoder: nn.Module) -> LockstepEncoder | None:
         if not isinstance(encoder, nn.Sequential) or any(True for _ in encoder.buffers()):
             return None
         names = {(id(mod), attr): name for name, (mod, attr) in call.slots.items()}

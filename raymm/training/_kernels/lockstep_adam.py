@@ -52,7 +52,7 @@ ROW_ALIGN = 64
 Params = dict[str, Tensor]
 
 
-class StackedAdam:
+class LockstepAdam:
     """One lock-step program's parameters and Adam state (see the module docstring)."""
 
     def __init__(self, params: Params, lr: float, betas: tuple[float, float], eps: float,
@@ -109,7 +109,7 @@ class StackedAdam:
         every = self._views_of(self.sum, self.sum.shape[0])
         return {n: v for n, v in every.items() if self.used.get(n)}
 
-    @phase("optimizer.step.stacked_adam")
+    @phase("optimizer.step.lockstep_adam")
     def step(self, grads: Mapping[str, Tensor | None], k: int) -> Tensor | None:
         """One Adam step of the first k devices (in place); the proximal term's value per
         device [k] before the step (None without one)."""
