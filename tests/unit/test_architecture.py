@@ -14,7 +14,8 @@ import ast
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers import REPO
+
 BASE = ("raymm.errors", "raymm.phases", "raymm.seeding", "raymm.units")
 #: the packages whose `__init__.py` declares what they may import
 PACKAGES = ["raymm." + p.parent.name for p in sorted((REPO / "raymm").glob("*/__init__.py"))] \

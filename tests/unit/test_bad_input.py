@@ -4,7 +4,6 @@ import copy
 import json
 import os
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 
 from raymm.app.cli import main
 
-from helpers import tiny_scenario
+from helpers import REPO, tiny_scenario
 
 OUTCOMES: dict[str, int] = {"examples": 0, "exit0": 0, "exit2": 0}
 
@@ -154,6 +153,6 @@ def test_corrupt_data_files_exit_2_and_write_nothing(tmp_path, capsys, monkeypat
     ("aggregation.pi=0", "aggregation.pi"), ("aggregation.pi=1.01", "aggregation.pi"),
     ("selection.k=0", "selection.k"), ("rounds=-1", "rounds"), ("seed=-1", "seed")])
 def test_ssca_ranges_and_k_zero(capsys, setting, field):
-    path = str(Path(__file__).resolve().parents[2] / "scenarios" / "fedmchain_synthetic.yaml")
+    path = str(REPO / "scenarios" / "fedmchain_synthetic.yaml")
     rc, err = run_cli(["validate", path, "--set", setting], capsys)
     assert rc == 2 and f"{field}:" in err

@@ -19,9 +19,10 @@ from raymm.app.variants import method_variant
 from raymm.config.schema import read_yaml
 from raymm.sim.serial import SerialExecutor
 
+from helpers import REPO
 from needs import full_data
 
-SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
+SCENARIO = REPO / "scenarios" / "fedmchain_synthetic.yaml"
 FAST = ["rounds=6", "training.sync_every=1", "eval.every=3"]
 
 

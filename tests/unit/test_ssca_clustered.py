@@ -8,6 +8,8 @@ from policies.aggregation.ssca import consistency
 from raymm.protocol.messages import DeviceEval
 from raymm.server.device_metrics import adjusted_rand_index, cluster_recovery, device_metrics
 
+from helpers import REPO
+
 
 def test_ari_equals_scikit_learn():
     rng = np.random.default_rng(0)
@@ -69,15 +71,13 @@ def test_reassign_once_keeps_returning_senders_on_their_model():
 def test_clustered_run_records_groups_ari_and_per_group_accuracy(tmp_path):
     """A short run of the clustered benchmark: devices.parquet holds each device's group, the
     rows per-group ACC and, at every sync, the ARI of SSCA's clusters."""
-    from pathlib import Path
-
     import pandas as pd
 
     import policies  # noqa: F401  (registers the presets)
     from raymm.app.api import run
     from raymm.config.schema import apply_overrides, read_yaml
 
-    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "ssca_clustered.yaml"
+    scenario = REPO / "scenarios" / "ssca_clustered.yaml"
     raw = apply_overrides(read_yaml(scenario),
                           ["rounds=4", "training.local_epochs=1", "population.devices=16",
                            "dataset.n_train=1600", "selection.k=16",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -14,9 +12,10 @@ from raymm.app.variants import method_variant
 from raymm.config.schema import read_yaml
 from raymm.population.partition import local_split
 
+from helpers import REPO
 from needs import full_data
 
-SCENARIOS = Path(__file__).parents[2] / "scenarios"
+SCENARIOS = REPO / "scenarios"
 
 
 def test_local_split_is_seeded_disjoint_and_80_20() -> None:

@@ -14,10 +14,10 @@ from raymm.app.variants import method_scenarios, method_variant
 from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
 
-from helpers import tiny_scenario
+from helpers import REPO, tiny_scenario
 from needs import full_data
 
-SCENARIOS = Path(__file__).parents[2] / "scenarios"
+SCENARIOS = REPO / "scenarios"
 
 
 def test_a_nameless_selection_keeps_its_k_and_the_preset_protocol_stays() -> None:

@@ -3,8 +3,6 @@ stage-1 models kept by unimodal devices, and early stopping counted in the fusio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -26,9 +24,9 @@ from raymm.protocol.observations import Observations
 from raymm.protocol.seams import AggregationContext, LossInputs
 from raymm.sim.serial import SerialExecutor
 
-from helpers import tiny_scenario
+from helpers import REPO, tiny_scenario
 
-SCENARIOS = Path(__file__).parents[2] / "scenarios"
+SCENARIOS = REPO / "scenarios"
 MASK = np.array([[1, 1], [1, 0], [0, 1]], bool)        # devices: both, a only, b only
 
 

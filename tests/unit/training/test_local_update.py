@@ -116,7 +116,7 @@ def test_adam_equals_torch_adam(weight_decay: float) -> None:
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_stacked_devices_step_as_each_alone(kind: str) -> None:
+def test_lockstep_devices_step_as_each_alone(kind: str) -> None:
     """The lock-step path steps stacks [G, ...]: each device's slice moves as if it stepped
     alone (elementwise arithmetic: what vmap over devices computes)."""
     torch.manual_seed(1)

@@ -3,8 +3,6 @@ by hand; only prototypes travel (and are counted); every device keeps its own mo
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -30,9 +28,9 @@ from raymm.protocol.device_state import DeviceState
 from raymm.protocol.messages import Broadcast, RoundPlan, UpdateBatch
 from raymm.protocol.seams import LossInputs
 
-from helpers import tiny_scenario
+from helpers import REPO, tiny_scenario
 
-SCENARIOS = Path(__file__).parents[2] / "scenarios"
+SCENARIOS = REPO / "scenarios"
 
 
 def test_global_prototype_is_the_plain_mean_over_devices_that_have_the_class() -> None:

@@ -15,7 +15,6 @@ step of up to the learning rate where a gradient is near zero (measured: 2 of 1,
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,9 +28,10 @@ from raymm.protocol.seams import LossInputs
 from raymm.sim.engine import run_round
 from raymm.sim.serial import SerialExecutor
 
+from helpers import REPO
 from needs import batched_matmul_is_batch_invariant
 
-SCENARIO = Path(__file__).parents[2] / "scenarios" / "fedmchain_synthetic.yaml"
+SCENARIO = REPO / "scenarios" / "fedmchain_synthetic.yaml"
 TOL = 1e-4
 #: the share of values allowed beyond TOL, and the bound for every value (module docstring)
 OUTLIERS, BOUND = 0.005, 1e-3
@@ -56,7 +56,7 @@ def _run(lockstep: bool, *overrides: str, per_host: int = 5
     return ex, losses
 
 
-def test_mcft_vectorised_matches_sequential(caplog) -> None:
+def test_mcft_lockstep_matches_sequential(caplog) -> None:
     seq, seq_loss = _run(False)
     with caplog.at_level(logging.WARNING, logger="raymm.training.lockstep"):
         vec, vec_loss = _run(True)

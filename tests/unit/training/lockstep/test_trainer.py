@@ -2,7 +2,7 @@
 
 Tolerance: 1e-5 absolute on every parameter after the rounds run here (observed ~3e-8: batched
 matmuls and weighted means only sum in a different order). Packing and chunking do not change
-the vectorised results at all.
+the lock-step results at all.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _out_dir(tmp_path, monkeypatch):
      "model.encoder": "cnn2d"},
 ], ids=["ce", "fedprox-momentum", "adam-2-epochs", "fedprox-adam-batch7", "held-batch7",
         "momentum-2-epochs-batch7", "adam-batch7", "adam-2-epochs-batch7", "cnn1d-adam", "cnn2d"])
-def test_vectorised_matches_sequential(extra):
+def test_lockstep_matches_sequential(extra):
     seq, seq_rows = _params({**extra, "execution.training.path": "sequential"})
     vec, vec_rows = _params({**extra, "execution.training.path": "lockstep"})
     assert seq.keys() == vec.keys()
@@ -86,7 +86,7 @@ def test_vectorised_matches_sequential(extra):
     {"training.optimizer": "adam", "training.lr": 0.01, "training.batch_size": 7,
      "training.local_epochs": 2},
 ], ids=["ce", "momentum-2-epochs-batch7", "adam-batch7", "adam-2-epochs-batch7"])
-def test_packing_and_chunking_do_not_change_vectorised_results(extra):
+def test_packing_and_chunking_do_not_change_lockstep_results(extra):
     """Chunks of one device train each device alone; a device's numbers must not depend on
     the devices (with other step counts, set aside and rejoining) it shares a program with."""
     base = {"execution.training.path": "lockstep", "selection.k": 8, "rounds": 3, **extra}

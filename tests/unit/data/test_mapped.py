@@ -35,9 +35,7 @@ from raymm.errors import DataError
 from raymm.protocol.messages import Broadcast, RoundPlan
 from raymm.server.server import Server
 
-from helpers import tiny_scenario
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers import REPO, tiny_scenario
 
 
 def params(path: Path, **kw: object) -> dict:
