@@ -146,45 +146,65 @@ class DeviceHost:
                 failed.append(dev)
                 errors.append(f"device {dev}: injected crash in round {plan.round}")
                 continue
-            held = self.pop.sensor_mask[dev]
-            groups = self.groups_of(held, plan)
-            mode = self.spec.training.exchange
             try:
-                if plan.report:
-                    reports[dev] = self._modality_report(dev, held, plan, broadcast)
-                known = starts.get(dev)
-                start, state = known if known is not None else exchange.start_vectors(
-                    mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
-                out = trained[dev] if dev in trained else self.trainer.train(
-                    dev, plan.round, self.pop.indices(dev), held, groups, broadcast,
-                    state.adapter, start, dict(state.objective), plan.upload, state.buffers)
-                # the objective's state merges key by key (a hook may update some keys only)
-                if out.state:
-                    state = replace(state, objective={**state.objective, **out.state})
-                sent, state = exchange.finish(mode, plan, out.updates, state,
-                                              self.trainer.initial)
+                start, state, sent, out = self._train_one(dev, plan, broadcast, starts.get(dev),
+                                                          trained.get(dev), reports)
             except Exception as exc:  # noqa: BLE001 - a crashed device is data, not a crash
                 failed.append(dev)
                 errors.append(f"device {dev}: {type(exc).__name__}: {exc}")
                 continue
-            if out.local is not None:
-                state = replace(state, adapter=out.local)
-            if out.buffers is not None:
-                state = replace(state, buffers=out.buffers)
-            self._keep(dev, state)
+            sent, out = self._settle(dev, plan, broadcast, start, state, sent, out)
             done.append(dev)
-            if self.spec.privacy.on and plan.upload:
-                sent, extra = privacy.privatize(
-                    self.spec.privacy, self.spec.seed, plan.round, dev, sent,
-                    start if mode == "params" else None,
-                    privacy.round_clip(self.spec.privacy, broadcast.extras),
-                    self._clip_shares, privacy.round_noise(broadcast.extras))
-                out = replace(out, extras={**out.extras, **extra})
-            # a round without upload (periodic sync, Local) sends nothing, extras included
-            if sent is not out.updates or not plan.upload:
-                out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
             outcomes.append((list(sent), out))
         return self._stack(np.array(done, np.int64), outcomes, failed, errors, reports)
+
+    def _train_one(self, dev: int, plan: RoundPlan, broadcast: Broadcast,
+                   known: tuple[dict[str, np.ndarray], DeviceState] | None,
+                   trained: DeviceOutcome | None, reports: dict[int, np.ndarray]
+                   ) -> tuple[dict[str, np.ndarray], DeviceState, dict[str, np.ndarray],
+                              DeviceOutcome]:
+        """One device's round up to what it would send: its modality report (into `reports`)
+        when the plan asks, its start vectors and state (`known`: computed by the caller),
+        its training (`trained`: done in lock-step), the objective's state merged in and the
+        exchange's finish. Returns (start, state, sent, outcome); raises what the device
+        raised."""
+        held = self.pop.sensor_mask[dev]
+        groups = self.groups_of(held, plan)
+        mode = self.spec.training.exchange
+        if plan.report:
+            reports[dev] = self._modality_report(dev, held, plan, broadcast)
+        start, state = known if known is not None else exchange.start_vectors(
+            mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
+        out = trained if trained is not None else self.trainer.train(
+            dev, plan.round, self.pop.indices(dev), held, groups, broadcast,
+            state.adapter, start, dict(state.objective), plan.upload, state.buffers)
+        # the objective's state merges key by key (a hook may update some keys only)
+        if out.state:
+            state = replace(state, objective={**state.objective, **out.state})
+        sent, state = exchange.finish(mode, plan, out.updates, state, self.trainer.initial)
+        return start, state, sent, out
+
+    def _settle(self, dev: int, plan: RoundPlan, broadcast: Broadcast,
+                start: dict[str, np.ndarray], state: DeviceState, sent: dict[str, np.ndarray],
+                out: DeviceOutcome) -> tuple[dict[str, np.ndarray], DeviceOutcome]:
+        """A trained device keeps its state (adapter, statistics) and hands out what travels:
+        clipped (and noised) under privacy, nothing at all in a round without upload."""
+        if out.local is not None:
+            state = replace(state, adapter=out.local)
+        if out.buffers is not None:
+            state = replace(state, buffers=out.buffers)
+        self._keep(dev, state)
+        if self.spec.privacy.on and plan.upload:
+            sent, extra = privacy.privatize(
+                self.spec.privacy, self.spec.seed, plan.round, dev, sent,
+                start if self.spec.training.exchange == "params" else None,
+                privacy.round_clip(self.spec.privacy, broadcast.extras),
+                self._clip_shares, privacy.round_noise(broadcast.extras))
+            out = replace(out, extras={**out.extras, **extra})
+        # a round without upload (periodic sync, Local) sends nothing, extras included
+        if sent is not out.updates or not plan.upload:
+            out = replace(out, updates=sent, extras=out.extras if plan.upload else {})
+        return sent, out
 
     def _modality_report(self, dev: int, held: np.ndarray, plan: RoundPlan,
                          broadcast: Broadcast) -> np.ndarray:

@@ -8,7 +8,7 @@ rebuilt per device per round.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from raymm.models.size import flops_per_sample
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
 from raymm.training._kernels.module_call import ModuleCall
-from raymm.training.local_update import Batch, LocalUpdate
+from raymm.training.local_update import Batch, LocalUpdate, UpdateResult
 
 
 @dataclass(frozen=True)
@@ -127,18 +127,10 @@ class SequentialTrainer:
         """`start` (default: the broadcast's global vectors) is what the model is loaded with;
         `state` is what the device kept from earlier rounds, passed to the objective's hooks;
         `upload` says whether this round's extras reach the server (`DeviceFinish.upload`)."""
-        model, layout = self.model, self.layout
-        layout.load(model, broadcast.params if start is None else start)
-        if self.initial_buffers is not None:  # its own statistics, or the initial ones
-            layout.load(model, {BUFFERS: self.initial_buffers if buffers is None else buffers})
-        objective = self.objective
-        use_adapter = bool(objective.uses_adapter and LOCAL in layout.slots)
-        if use_adapter:
-            layout.load(model, {LOCAL: self.adapter_start(local)})
+        own, use_adapter = self._load(broadcast.params if start is None else start, buffers,
+                                      local)
+        layout, objective = self.layout, self.objective
         names = sorted(set(layout.names(groups + ([LOCAL] if use_adapter else []))))
-        own = layout.params(model)
-        for p in own.values():  # the trained ones run as separate tensors (`ModuleCall`)
-            p.requires_grad_(False)
         # views of the loaded values: the update never writes into them (it returns new
         # tensors), so they stay the round's anchor until the trained values are copied back
         params = {n: own[n].detach() for n in names}
@@ -147,7 +139,7 @@ class SequentialTrainer:
         state = state or {}
         dev_tensors = objective.device_tensors(state, broadcast.extras, layout, groups)
         finishes = objective.overrides(Objective.device_finish)
-        before = layout.flatten(model, groups) if finishes else {}
+        before = layout.flatten(self.model, groups) if finishes else {}
         idx = torch.from_numpy(indices.astype(np.int64))
         xs, y = self.inputs(idx, held), self.train_y[idx]
         held_t = torch.from_numpy(held.astype(np.float32)).to(self.accelerator)
@@ -164,21 +156,50 @@ class SequentialTrainer:
         with torch.no_grad():  # the module ends holding the trained values
             for n, trained in done.params.items():
                 own[n].copy_(trained)
-        losses = done.losses
-        dev_extras = objective.device_extras(model, xs, y, held_t, use_adapter)
+        dev_extras = objective.device_extras(self.model, xs, y, held_t, use_adapter)
+        finish = DeviceFinish(device, rnd, tuple(groups), before, {}, state,
+                              dict(broadcast.extras), len(done.losses), self.training.lr,
+                              {}, upload) if finishes else None
+        return self._outcome(done, groups, dev_extras, finish, use_adapter, local)
+
+    def _load(self, start: dict[str, np.ndarray], buffers: np.ndarray | None,
+              local: np.ndarray | None) -> tuple[dict[str, nn.Parameter], bool]:
+        """Load the device's start vectors, its statistics (its own, or the initial ones) and,
+        where the objective uses it, its adapter; returns the module's parameters, none of
+        them requiring a gradient (the trained ones run as separate tensors: `ModuleCall`),
+        and whether the adapter is in use."""
+        model, layout = self.model, self.layout
+        layout.load(model, start)
+        if self.initial_buffers is not None:
+            layout.load(model, {BUFFERS: self.initial_buffers if buffers is None else buffers})
+        use_adapter = bool(self.objective.uses_adapter and LOCAL in layout.slots)
+        if use_adapter:
+            layout.load(model, {LOCAL: self.adapter_start(local)})
+        own = layout.params(model)
+        for p in own.values():
+            p.requires_grad_(False)
+        return own, use_adapter
+
+    def _outcome(self, done: UpdateResult, groups: list[str], extras: dict[str, np.ndarray],
+                 finish: DeviceFinish | None, use_adapter: bool, local: np.ndarray | None
+                 ) -> DeviceOutcome:
+        """The trained module as the device's outcome: its groups' vectors, its adapter (or
+        `local` as it came when no adapter trained), its mean step loss, and what the
+        objective's `device_finish` keeps and sends (`finish`, completed here with the
+        trained vectors and the mean gradient)."""
+        model, layout, losses = self.model, self.layout, done.losses
         updates = layout.flatten(model, groups)
         new_state: dict[str, np.ndarray] = {}
-        if finishes:
-            new_state, sent = objective.device_finish(DeviceFinish(
-                device, rnd, tuple(groups), before, updates, state,
-                dict(broadcast.extras), len(losses), self.training.lr,
-                self._mean_grads(done.grad_sum, groups, len(losses)), upload))
-            dev_extras = {**dev_extras, **sent}
+        if finish is not None:
+            new_state, sent = self.objective.device_finish(replace(
+                finish, end=updates,
+                grad_mean=self._mean_grads(done.grad_sum, groups, len(losses))))
+            extras = {**extras, **sent}
         return DeviceOutcome(
             updates=updates,
             local=layout.flatten(model, [LOCAL])[LOCAL] if use_adapter else local,
             loss=sum(float(v) for v in losses) / len(losses) if losses else float("nan"),
-            extras=dev_extras,
+            extras=extras,
             state=new_state,
             buffers=layout.flatten(model, [BUFFERS])[BUFFERS]
             if self.initial_buffers is not None else None)
