@@ -52,7 +52,10 @@ BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
 
 def doc_files() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    """The README and the reference docs; not docs/log/, the dated log kept verbatim, whose
+    commands are a record of what ran then, not instructions."""
+    return [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md")
+                                        if "log" not in p.relative_to(REPO / "docs").parts)]
 
 
 def doc_commands() -> list[tuple[str, str]]:
