@@ -111,7 +111,7 @@ class PartitionSpec(Strict):
     min_samples: int = Field(default=2, ge=1)
 
 
-# --- availability and the simulated clock (issue 32; docs/time.md) -------------------------
+# --- availability and the simulated clock (docs/time.md) ----------------------------------
 class TraceSpec(Strict):
     """A device trace: availability intervals (and optionally speed and bandwidth) of real
     devices; the population's devices are mapped onto its entries, seeded, with replacement
