@@ -10,6 +10,18 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: a run's rows for the budget metrics by hand (Acc@B, the summary, comparison tables): four
+#: rounds, three evaluated, bytes in GiB (raymm.units.GIB)
+BUDGET_ROWS = [
+    {"round": 5, "bytes_total": 0.25 * 2**30},
+    {"round": 10, "accuracy": 0.5, "bytes_total": 0.5 * 2**30, "tier_f1": 0.4,
+     "worst_drop": 0.3, "worst_drop_sensor": "b"},
+    {"round": 20, "accuracy": 0.7, "bytes_total": 1.0 * 2**30, "tier_f1": 0.6,
+     "worst_drop": 0.2, "worst_drop_sensor": "a", "acc_tier/a": 0.55},
+    {"round": 30, "accuracy": 0.6, "bytes_total": 1.5 * 2**30, "tier_f1": 0.65,
+     "worst_drop": 0.1, "worst_drop_sensor": "a"},
+]
+
 
 def load_script(path: Path, name: str | None = None) -> ModuleType:
     """Import a script that is not in a package (tools/*.py, experiments/*/*.py, examples/*.py)
@@ -50,6 +62,16 @@ def tiny_scenario(**overrides: Any) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     return sc
+
+
+def tiny_run_params(overrides: dict) -> tuple[dict, list[dict]]:
+    """The final parameters and the rows of a three-round `tiny_scenario` run with `overrides`
+    (`run(out=None)`: under ./runs, so the calling test module changes to its tmp_path)."""
+    from raymm.app.api import run
+    from raymm.app.build import load_scenario
+
+    res = run(load_scenario(tiny_scenario(**{"rounds": 3, **overrides})), out=None)
+    return res.params, res.rows
 
 
 def host_round(spec_update: dict, objective: Any = None, **sc_overrides: Any) -> tuple:
@@ -120,3 +142,91 @@ def async_scenario(method: str = "fedbuff", **kw: Any) -> dict[str, Any]:
         "method": method, "rounds": 7, "eval.every": 2, "output.checkpoint_every": 3,
         "aggregation": agg, "execution.devices_per_actor": 6,
         "population.hardware": [{"gflops": 3e-6, "jitter": 0.6}], **kw})
+
+
+def async_arrivals(trained: Any, bases: Any, staleness: Any, samples: Any) -> Any:
+    """`Arrivals` of one group "g" for the asynchronous aggregators' arithmetic: device i sent
+    `trained[i]`, trained from `bases[i]`, `staleness[i]` versions late, on `samples[i]`."""
+    import numpy as np
+
+    from raymm.protocol.asynchrony import Arrivals
+
+    trained = np.asarray(trained, np.float32)
+    return Arrivals(np.arange(len(trained), dtype=np.int64), np.asarray(samples, np.int64),
+                    np.asarray(staleness, np.int64), {"g": trained},
+                    {"g": trained - np.asarray(bases, np.float32)},
+                    {"g": np.arange(len(trained), dtype=np.int64)})
+
+
+def assert_identical_datasets(a: Any, b: Any) -> None:
+    """Two loaded datasets (`raymm.data.Dataset`) hold the same bytes: labels and every
+    sensor's inputs, train and test."""
+    for sa, sb in ((a.train, b.train), (a.test, b.test)):
+        assert sa.y.tobytes() == sb.y.tobytes()
+        for s in a.sensors:
+            assert sa.x[s].tobytes() == sb.x[s].tobytes()
+
+
+def host_result(ids: list[int], n: list[int], updates: dict[str, Any],
+                senders: dict[str, Any]) -> Any:
+    """A host's `HostResult` by hand: device ids, sample counts, each group's rows and the
+    positions (in `ids`) of the devices that sent it; zero compute times and losses."""
+    import numpy as np
+
+    from raymm.protocol.messages import HostResult
+
+    k = len(ids)
+    return HostResult(np.array(ids), np.array(n), np.zeros(k), np.zeros(k),
+                      {g: np.array(v, np.float32) for g, v in updates.items()},
+                      {g: np.array(s) for g, s in senders.items()})
+
+
+def mmap_params(path: Path, **kw: object) -> dict:
+    """Parameters of a small `synthetic_mmap` dataset in `path` (600 rows, 6 clients, a vector
+    and a series sensor), `kw` replacing any."""
+    return {"path": str(path), "n_train": 600, "n_test": 90, "classes": 3, "clients": 6,
+            "sensors": {"a": {"dim": 5, "informativeness": 1.0},
+                        "b": {"dim": 3, "length": 4, "informativeness": 0.5}}, **kw}
+
+
+def same_arrays(a: Any, b: Any) -> bool:
+    """Whether two loaded datasets hold equal arrays (mapped or in memory)."""
+    import numpy as np
+
+    return all(np.array_equal(sa.y, sb.y) and
+               all(np.array_equal(sa.x[m], sb.x[m]) for m in a.sensors)
+               for sa, sb in ((a.train, b.train), (a.test, b.test)))
+
+
+def mcft_run(lockstep: bool, *overrides: str, per_host: int = 5) -> tuple[Any, list[float]]:
+    """Six rounds of the shipped FedMChain scenario (three chain phases, sync every 2 rounds)
+    on the serial executor, lock-step or sequential: (the executor, each round's train loss)."""
+    from raymm.app.build import build_world, load_scenario
+    from raymm.sim.engine import run_round
+    from raymm.sim.serial import SerialExecutor
+
+    sc = load_scenario(REPO / "scenarios" / "fedmchain_synthetic.yaml",
+                       ["rounds=6", "training.sync_every=2", "eval.every=3",
+                        "execution.training.path="
+                        f"{'lockstep' if lockstep else 'sequential'}", *overrides])
+    world = build_world(sc)
+    ex = SerialExecutor(devices_per_host=per_host)
+    ex.start(world)
+    losses = [run_round(ex, t, sc).row["train_loss"] for t in range(1, sc.rounds + 1)]
+    return ex, losses
+
+
+def tide_observations() -> Any:
+    """5 devices: 0 holds both sensors (tier of 1), 1, 2, 4 the first only (3), 3 the second
+    only (1). Data sizes 100, 50, 200, 100, 0; device 0 trained twice (1 s, 3 s), device 1 once
+    (3 s), the others never. TIDE's selection and aggregation tests read them."""
+    import numpy as np
+
+    from raymm.protocol.observations import Observations
+
+    mask = np.array([[1, 1], [1, 0], [1, 0], [0, 1], [1, 0]], dtype=bool)
+    obs = Observations.register(mask, np.array([0, 1, 1, 2, 1]))
+    obs.observe_online(np.arange(5), np.array([100, 50, 200, 100, 0]))
+    obs.observe_trained(np.array([0, 1]), np.array([1.0, 3.0]))
+    obs.observe_trained(np.array([0]), np.array([3.0]))
+    return obs

@@ -1,6 +1,7 @@
-"""Tiny dataset releases in their official layouts (CREMA-D, AVE, CMU-MOSEI; the HAPT raw
-signals, the FSDD recordings, MNIST's idx files), for the converter, download and loader tests,
-and stand-ins in the prepared layout at the release's real shapes.
+"""Tiny dataset releases in their official layouts (UCI-HAR, CREMA-D, AVE, CMU-MOSEI; the HAPT
+raw signals, the FSDD recordings, MNIST's idx files), for the converter, download and loader
+tests, stand-ins in the prepared layout at the release's real shapes, and the checks those
+tests share on what a converter wrote.
 
 Importable from every test (pytest puts tests/ on sys.path).
 """
@@ -18,6 +19,41 @@ from PIL import Image
 
 #: small converter options for the audio-visual releases: 1 s of audio, 16 mel bands, 8x8 frames
 AV = {"seconds": 1.0, "n_mels": 16, "image_size": 8}
+
+
+def npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a prepared file, read without pickles."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def no_partial(folder: Path) -> bool:
+    """No temporary `.part` file left anywhere under `folder`."""
+    return not [p for p in Path(folder).rglob("*") if p.name.endswith(".part")]
+
+
+def nothing_written(folder: Path) -> bool:
+    """Neither an output file nor a temporary one in `folder`."""
+    return not [p for p in folder.iterdir() if p.suffix in (".npz", ".part")
+                or p.name.endswith(".part")]
+
+
+def uci_har_folder(root: Path, n: tuple[int, int] = (3, 2)) -> Path:
+    """A tiny 'UCI HAR Dataset' folder; window i of split s, file f holds f_code + i + j/1000."""
+    top = root / "UCI HAR Dataset"
+    for sp, count in zip(("train", "test"), n):
+        sig = top / sp / "Inertial Signals"
+        sig.mkdir(parents=True)
+        for code, stem in enumerate(("total_acc", "body_gyro", "body_acc")):
+            for k, axis in enumerate("xyz"):
+                rows = [" ".join(f"{10 * code + k + i + j / 1000:.4f}" for j in range(128))
+                        for i in range(count)]
+                (sig / f"{stem}_{axis}_{sp}.txt").write_text("\n".join(rows) + "\n")
+        (top / sp / f"y_{sp}.txt").write_text("\n".join(str(6 - i) for i in range(count)))
+        (top / sp / f"subject_{sp}.txt").write_text("\n".join(str(i + 1) for i in range(count)))
+    names = ["WALK", "UP", "DOWN", "SIT", "STAND", "LAY"]
+    (top / "activity_labels.txt").write_text("".join(f"{i} {c}\n" for i, c in enumerate(names, 1)))
+    return top
 
 
 def wav(path: Path, seconds: float, rate: int, freq: float,

@@ -1,3 +1,8 @@
+"""The worked examples of docs/adding-a-policy.md (policies/examples/): the aggregator of
+deltas that clips, and the adaptive proximal term that travels as an extra, each by hand and
+in a tiny run. (The guide's other examples are tested where they live:
+policies/selection/test_fair.py, policies/aggregation/test_trimmed_mean.py.)"""
+
 from pathlib import Path
 from typing import Any
 
@@ -5,48 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from policies.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanParams, trimmed_mean
 from policies.examples.adaptive_prox import MU, AdaptiveProx, AdaptiveProxParams
 from policies.examples.clipped_delta import ClippedDeltaMean, ClippedDeltaParams
-from policies.selection.fair import LeastSelected, LeastSelectedParams
 from raymm.app.api import RunResult, run
 from raymm.app.build import load_scenario
 from raymm.driver import checkpoint
 from raymm.errors import ScenarioError
 from raymm.protocol.messages import HostResult, UpdateBatch, merge_results
-from raymm.protocol.observations import Observations
-from raymm.protocol.seams import AggregationContext, SelectionContext
+from raymm.protocol.seams import AggregationContext
 
 from helpers import tiny_scenario
 
 
-def test_least_selected_by_hand():
-    obs = Observations.register(np.ones((6, 1), bool), np.zeros(6, np.int64))
-    obs.times_selected[:] = [3, 0, 2, 0, 1, 5]
-    ctx = SelectionContext(1, np.arange(6), np.array([0, 2, 3, 4, 5]), 3, obs,
-                           np.random.default_rng(0))
-    # device 1 is not eligible; fewest selections: 3 (0), 4 (1), 2 (2)
-    assert LeastSelected(LeastSelectedParams()).select(ctx).tolist() == [2, 3, 4]
-
-
-def test_trimmed_mean_by_hand():
-    rows = np.array([[1.0, 10.0], [2.0, -50.0], [3.0, 20.0], [100.0, 30.0]], np.float32)
-    # trim 0.25 of 4 -> drop 1 at each end per column: [2, 3] and [10, 20]
-    np.testing.assert_array_equal(trimmed_mean(rows, 0.25), [2.5, 15.0])
-    np.testing.assert_array_equal(trimmed_mean(rows, 0.0), rows.mean(0))
-
-
-def test_trimmed_mean_aggregator_per_group():
-    r = HostResult(np.array([0, 1, 2]), np.array([5, 5, 5]), np.zeros(3), np.zeros(3),
-                   {"g": np.array([[0.0], [1.0], [9.0]], np.float32)},
-                   {"g": np.array([0, 1, 2])})
-    out = TrimmedMean(TrimmedMeanParams(trim=0.34)).aggregate(
-        {"g": np.zeros(1, np.float32), "h": np.ones(1, np.float32)}, merge_results([r]),
-        AggregationContext(1, ("a",), None, 0))
-    assert out["g"].tolist() == [1.0] and out["h"].tolist() == [1.0]
-
-
-# --- the worked examples of docs/adding-a-policy.md, by hand and in a tiny run -------------
 def batch_of(rows: np.ndarray, samples: list[int]) -> UpdateBatch:
     n = len(samples)
     return merge_results([HostResult(np.arange(n), np.array(samples), np.zeros(n), np.zeros(n),

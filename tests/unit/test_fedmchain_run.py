@@ -160,27 +160,6 @@ def test_every_baseline_and_ablation_runs_on_the_same_scenario(method: str,
     assert (traffic == 0) == (method == "local")
 
 
-def test_device_state_is_checkpointable() -> None:
-    """Own parameters, bases and control variates survive DeviceHost.state_dict/load."""
-    sc = load_scenario(SCENARIO, ["rounds=6", "training.sync_every=2"])
-    world = build_world(sc)
-    ex = SerialExecutor(devices_per_host=6)
-    ex.start(world)
-    for t in (1, 2):
-        plan, bcast = ex.plan(t, ex.poll(t))
-        ex.aggregate(t, (plan, bcast), ex.train(t, (plan, bcast)))
-    saved = ex.host_states()
-    assert saved and all("params/sensor:dom" in s and "base/sensor:dom" in s
-                         for s in saved.values())
-    fresh = SerialExecutor(devices_per_host=4)      # another packing reads the same states
-    fresh.start(world)
-    fresh.load_host_states(saved)
-    again = fresh.host_states()
-    assert sorted(again) == sorted(saved)
-    for d, s in saved.items():
-        assert all(np.array_equal(v, again[d][k]) for k, v in s.items())
-
-
 @pytest.mark.parametrize("name", ["fedmchain_synthetic.yaml", "fedmchain_avdigits.yaml"])
 def test_scenarios_validate(name: str) -> None:
     if name == "fedmchain_avdigits.yaml":

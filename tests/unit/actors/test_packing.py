@@ -1,11 +1,26 @@
-"""Resource packing: how many devices per DeviceActor, from cluster resources (no Ray needed)."""
+"""Resource packing (actors.packing): how many devices per DeviceActor, from the cluster's
+resources and each actor's memory (no Ray needed); a packing that cannot fit is refused with
+the numbers."""
 
 import numpy as np
 import pytest
 
-from actors.packing import Packing, ResourceError, actor_capacity, plan_packing
+from actors.packing import (
+    ActorMemory,
+    Packing,
+    ResourceError,
+    actor_capacity,
+    actor_demand,
+    plan_packing,
+)
+from raymm.app.build import load_scenario
 from raymm.config.schema import ActorSpec
+from raymm.device.footprint import MIB, footprint
 from raymm.protocol.combine import BLOCK
+
+from helpers import tiny_scenario
+
+GIB = 2**30
 
 
 def test_fractional_gpus_pack_ten_actors_per_gpu():
@@ -57,3 +72,46 @@ def test_a_packing_that_cannot_fit_fails_with_the_numbers():
         plan_packing(100, 10, ActorSpec(num_cpus=0, num_gpus=0.1), {"CPU": 8.0, "GPU": 0.5})
     with pytest.raises(ResourceError, match="edge=0"):
         plan_packing(10, "auto", ActorSpec(resources={"edge": 1.0}), {"CPU": 8.0})
+
+
+class PerDevice(ActorMemory):
+    """base + per device, in MiB."""
+
+    def __init__(self, base: float, per: float) -> None:
+        super().__init__(ActorSpec(memory=0), None)
+        self.base, self.per = base, per
+
+    def __call__(self, devices: int) -> int:
+        return int((self.base + self.per * devices) * MIB)
+
+    def describe(self, devices: int) -> str:
+        return f"{self(devices) / MIB:.0f} MiB"
+
+
+def test_auto_takes_the_most_actors_whose_memory_fits():
+    one_cpu = ActorSpec(num_cpus=1)
+    mem = PerDevice(300, 1)
+    # 8 CPUs; 8 actors of 100 devices need 8 x 400 MiB = 3.1 GiB: fits in 4 GiB
+    assert plan_packing(800, "auto", one_cpu, {"CPU": 8, "memory": 4 * GIB}, mem).num_actors == 8
+    # in 2 GiB: 4 actors (4 x 500 MiB); 5 would need 5 x 460 MiB
+    assert plan_packing(800, "auto", one_cpu, {"CPU": 8, "memory": 2 * GIB}, mem) == \
+        Packing(200, 4)
+
+
+def test_a_packing_that_cannot_fit_the_memory_is_refused_with_the_numbers():
+    sc = load_scenario(tiny_scenario(**{"population.devices": 12}))
+    mem = ActorMemory(ActorSpec(), footprint(sc))
+    with pytest.raises(ResourceError) as err:
+        plan_packing(12, 3, ActorSpec(num_cpus=1), {"CPU": 8, "memory": 1 * GIB}, mem)
+    text = str(err.value)
+    assert text.startswith("execution: 4 DeviceActor(s) need memory=1.64 GiB (the largest: "
+                           "420.") and "3 device(s): base 420.0 MiB, model" in text
+    assert "but the cluster has memory=1.00 GiB" in text and "\n" not in text
+    print(text)
+    with pytest.raises(ResourceError, match="1 DeviceActor"):   # auto: even one is too many
+        plan_packing(12, "auto", ActorSpec(num_cpus=1), {"CPU": 8, "memory": 0.2 * GIB}, mem)
+    # a fixed request (MiB), and none
+    fixed = ActorMemory(ActorSpec(memory=512), None)
+    assert fixed(5) == 512 * MIB
+    assert actor_demand(ActorSpec(), fixed(5)) == {"CPU": 1.0, "memory": 512.0 * MIB}
+    assert plan_packing(12, 3, ActorSpec(memory=0), {"CPU": 8}) == Packing(3, 4)

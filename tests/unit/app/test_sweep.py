@@ -1,6 +1,7 @@
-"""`raymm sweep` for long sweeps: `--jobs N` runs in processes of their own with the same
-results, a re-run skips finished runs and continues interrupted ones, a failing run is reported
-while the others finish, and a directory of another configuration is refused."""
+"""`raymm sweep` (raymm.app.sweep) for long sweeps: `--jobs N` runs in processes of their own
+with the same results, a re-run skips finished runs and continues interrupted ones, a failing
+run is reported while the others finish, a directory of another configuration is refused;
+and `--methods` runs every method on a scenario."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import raymm.app.api
 from raymm.app.api import run
 from raymm.app.cli import main
 from raymm.app.sweep import run_sweep
-from raymm.app.sweep_exec import THREAD_VARS, _ChildPool, threads_per_job
 from raymm.errors import Interrupted, RaymmError, ScenarioError
 
 from helpers import tiny_scenario
@@ -233,12 +233,16 @@ def test_bad_input_is_refused_before_any_run(tmp_path) -> None:
         run(tiny_file(tmp_path), run_dir=tmp_path / "sw" / "runs" / "tiny-seed1")
 
 
-def test_each_child_gets_its_share_of_the_cores(monkeypatch) -> None:
-    monkeypatch.setattr("raymm.app.sweep_exec.cpu_count", lambda: 16)
-    assert [threads_per_job(n) for n in (1, 3, 16, 40)] == [16, 5, 1, 1]
-    for var in THREAD_VARS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MKL_NUM_THREADS", "7")   # set by the user: kept
-    env = _ChildPool(4).child_env()
-    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"]) == \
-        ("4", "7", "4")
+def test_sweep_cli_runs_every_method_on_a_scenario(tmp_path: Path, capsys) -> None:
+    import yaml
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(**{"rounds": 2, "eval.every": 1})))
+    out = tmp_path / "sweep"
+    code = main(["sweep", str(path), "--methods", "fedavg", "fedadam", "harmony",
+                 "--seeds", "1", "2", "--out", str(out), "--budget-from", "tiny"])
+    assert code == 0
+    table = (out / "comparison.md").read_text()
+    for name in ("| tiny | 2 |", "| tiny_fedadam | 2 |", "| tiny_harmony | 2 |"):
+        assert name in table
+    assert len(list((out / "runs").iterdir())) == 6

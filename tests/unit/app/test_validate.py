@@ -1,12 +1,14 @@
-"""`raymm validate` makes every check that building a run makes, before any data is loaded:
-what a policy's `bind` refuses, and the population's tier rules (one function for both)."""
+"""Whole-scenario validation (raymm.app.validate): every problem named at once (unknown keys,
+policies, methods and datasets, K, sensors, availability, data files, presets, the exchange);
+and `raymm validate` makes every check that building a run makes, before any data is
+loaded: what a policy's `bind` refuses, the population's tier rules (one function for both)
+and what the loaded data refuses."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -206,60 +208,108 @@ def test_validate_refuses_what_the_loaded_data_refuses(case: str, tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]  # run wrote nothing
 
 
-def test_the_facts_are_what_loading_gives():
-    """A loader's `DataFacts` (what validation reads) agree with the loaded data."""
-    from raymm.data import DATASETS, load_dataset
-    from raymm.data.base import loader_facts
-
-    specs = [("synthetic", {"n_train": 37, "classes": 3,
-                            "sensors": {"a": {"dim": 3, "informativeness": 1.0},
-                                        "t": {"dim": 2, "length": 5, "informativeness": 0}}}),
-             ("bench", {"clients": 7, "samples_per_client": 3, "dim": 5, "classes": 4}),
-             ("digits", {}), ("digits", {"test_fraction": 0.1})]
-    for name, params in specs:
-        loader = DATASETS[name]
-        facts = loader_facts(loader, loader.Params(**params))
-        data = load_dataset(name, params, 0)
-        groups = None if data.train.group is None else len(np.unique(data.train.group))
-        assert facts is not None
-        assert (facts.n_train, facts.groups, facts.num_classes) == \
-            (len(data.train), groups, data.num_classes), name
-        assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}, name
+# --- every problem of a scenario named at once --------------------------------------------
+def problems_of(raw):
+    with pytest.raises(ScenarioError) as info:
+        check_scenario(raw, policies.PRESETS)
+    return info.value.problems
 
 
-@pytest.mark.parametrize("which", ["subset", "full"])
-def test_har_facts_come_from_the_file_headers(which):
-    from raymm.data import DATASETS, load_dataset
-    from raymm.data.base import loader_facts
-
-    from needs import fixture, full_data
-
-    path = fixture("har_windows_subset.npz") if which == "subset" else \
-        full_data("uci_har_hapt_raw_windows.npz") / "uci_har_hapt_raw_windows.npz"
-    loader = DATASETS["har"]
-    facts = loader_facts(loader, loader.Params(path=str(path)))
-    data = load_dataset("har", {"path": str(path)}, 0)
-    assert facts is not None and facts.n_train == len(data.train) > 0
-    assert facts.groups == len(np.unique(data.train.group))
-    assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
-    assert loader_facts(loader, loader.Params(path="no/such/file.npz")) is None
+def test_valid_tiny_scenario():
+    sc = check_scenario(tiny_scenario(), policies.PRESETS)
+    assert sc.selection.k == 5 and sc.aggregation.name == "fedavg"
 
 
-@pytest.mark.parametrize("name, pool", [("crema_d", "train+valid"), ("cmu_mosei", "train")])
-def test_release_facts_come_from_the_file_headers(name: str, pool: str, tmp_path):
-    from raymm.data import DATASETS, load_dataset
-    from raymm.data.base import loader_facts
+def test_unknown_key_is_named():
+    assert problems_of(tiny_scenario(**{"training.lr_typo": 0.1})) == [
+        "training.lr_typo: unknown key"]
 
-    from tiny_releases import write_standin
 
-    path = write_standin(name, tmp_path / f"{name}.npz", n_train=30, n_test=10, groups=6)
-    params = {"path": str(path), "train_pool": pool}
-    loader = DATASETS[name]
-    facts = loader_facts(loader, loader.Params(**params))
-    data = load_dataset(name, params, 0)
-    assert facts is not None
-    assert (facts.n_train, facts.groups, facts.num_classes) == (
-        len(data.train), len(np.unique(data.train.group)), data.num_classes)
-    assert dict(facts.shapes) == {m: data.sensor_shape(m) for m in data.sensors}
-    (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    assert loader_facts(loader, loader.Params(path=str(tmp_path / "bad.npz"))) is None
+def test_unknown_policy_lists_choices():
+    (msg,) = problems_of(tiny_scenario(**{"selection.name": "nope"}))
+    assert msg.startswith("selection.name: unknown selection policy 'nope'")
+    assert "random" in msg and "all_online" in msg
+
+
+def test_unknown_policy_param():
+    assert problems_of(tiny_scenario(**{"objective.muu": 0.1})) == ["objective.muu: unknown key"]
+
+
+def test_k_larger_than_devices():
+    (msg,) = problems_of(tiny_scenario(**{"selection.k": 13}))
+    assert "selection.k" in msg and "13" in msg and "12" in msg
+
+
+def test_sensor_the_dataset_lacks():
+    raw = tiny_scenario()
+    raw["population"]["tiers"][1]["sensors"] = ["gyro"]
+    (msg,) = problems_of(raw)
+    assert msg.startswith("population.tiers.1.sensors: 'gyro' not in dataset")
+    assert "a, b" in msg
+
+
+def test_d_greater_than_D():
+    raw = tiny_scenario()
+    raw["population"]["availability"][1]["online"] = 9
+    (msg,) = problems_of(raw)
+    assert "population.availability.1" in msg and "d=9" in msg and "D=3" in msg
+
+
+def test_missing_data_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    raw = tiny_scenario(dataset={"name": "har", "path": "nothere.npz"})
+    raw["population"]["tiers"] = None
+    (msg,) = problems_of(raw)
+    assert msg.startswith("dataset.path: data file not found") and "nothere.npz" in msg
+
+
+def test_every_problem_reported_at_once():
+    raw = tiny_scenario(**{"selection.name": "nope", "selection.k": 50, "rounds": -1,
+                           "model.bogus": 1})
+    msgs = problems_of(raw)
+    assert [m.split(":")[0] for m in msgs] == ["rounds", "model.bogus", "selection.name",
+                                               "selection.k"]
+
+
+def test_unknown_method_and_dataset():
+    (msg,) = problems_of(tiny_scenario(method="fedsomething"))
+    assert "fedavg" in msg and "fedprox" in msg
+    (msg,) = problems_of(tiny_scenario(dataset={"name": "mnist9"}))
+    assert msg.startswith("dataset.name: unknown dataset 'mnist9'") and "synthetic" in msg
+
+
+def test_preset_is_overridden_by_scenario():
+    sc = check_scenario(tiny_scenario(method="fedprox", objective={"name": "ce", "mu": 0.5}),
+                        policies.PRESETS)
+    assert sc.objective.params() == {"mu": 0.5}
+    sc = check_scenario(tiny_scenario(method="fedprox"), policies.PRESETS)
+    assert sc.objective.params() == {"mu": 0.01}
+
+
+def test_default_k_larger_than_population_is_rejected():
+    """No selection section means K = the schema's default (10), which 5 devices cannot hold."""
+    assert problems_of({"name": "x", "rounds": 1, "population": {"devices": 5}}) == [
+        "selection.k: K=10 is larger than population.devices=5"]
+    assert problems_of({"name": "x", "rounds": 1, "selection": {"k": 30}}) == [
+        "selection.k: K=30 is larger than population.devices=20"]
+
+
+def test_validation_matches_aggregator_to_exchange():
+    (msg,) = problems_of(tiny_scenario(**{"training.exchange": "delta"}))
+    assert msg.startswith("aggregation.name: 'fedavg' averages parameters")
+    (msg,) = problems_of(tiny_scenario(**{"aggregation.name": "delta_mean"}))
+    assert msg == "aggregation.name: 'delta_mean' needs deltas; set training.exchange: delta"
+
+
+def test_per_device_scopes_need_a_local_test_part() -> None:
+    from raymm.app.build import load_scenario
+    from raymm.errors import ScenarioError
+
+    from helpers import tiny_scenario
+
+    for scope in ("devices", "both"):
+        with pytest.raises(ScenarioError, match=f"eval.scope: '{scope}' needs population."
+                                                "local_test_fraction"):
+            load_scenario(tiny_scenario(**{"eval.scope": scope}))
+        load_scenario(tiny_scenario(**{"eval.scope": scope,
+                                       "population.local_test_fraction": 0.2}))

@@ -1,15 +1,13 @@
-"""One scenario under every method: what `method_variant` keeps (K, the preset's protocol, the
-sync period), and `raymm sweep --methods`."""
+"""One scenario under another method (raymm.app.variants): what `method_variant` keeps and
+drops (K, the preset's protocol, the sync period, what the other method cannot take), and
+which methods run on a scenario at all."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 import policies
 from raymm.app.build import load_scenario
-from raymm.app.cli import main
 from raymm.app.variants import method_scenarios, method_variant
 from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
@@ -85,16 +83,30 @@ def test_all_methods_on_one_scenario_skips_what_cannot_run() -> None:
         method_scenarios(path, ["fedadamw"])
 
 
-def test_sweep_cli_runs_every_method_on_a_scenario(tmp_path: Path, capsys) -> None:
-    import yaml
+def test_method_variant_drops_only_what_the_other_method_cannot_take() -> None:
+    raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")
+    raw["aggregation"] = {"clusters": 3}
+    raw["objective"] = {"tau": 0.2}
+    fedavg = method_variant(raw, "fedavg", policies.PRESETS, sync_every=1)
+    assert "aggregation" not in fedavg and "objective" not in fedavg
+    assert "sync_every" not in fedavg["training"] and fedavg["training"]["lr"] == 0.005
+    assert fedavg["selection"]["name"] == "fraction"     # a named section stays
+    wo_ra = method_variant(raw, "fedmchain_wo_ra", policies.PRESETS)
+    assert wo_ra["aggregation"] == {"clusters": 3} and wo_ra["training"]["sync_every"] == 2
+    wo_ssca = method_variant(raw, "fedmchain_wo_ssca", policies.PRESETS)
+    assert "aggregation" not in wo_ssca and wo_ssca["objective"] == {"tau": 0.2}
+    assert raw["aggregation"] == {"clusters": 3}         # input untouched
 
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(**{"rounds": 2, "eval.every": 1})))
-    out = tmp_path / "sweep"
-    code = main(["sweep", str(path), "--methods", "fedavg", "fedadam", "harmony",
-                 "--seeds", "1", "2", "--out", str(out), "--budget-from", "tiny"])
-    assert code == 0
-    table = (out / "comparison.md").read_text()
-    for name in ("| tiny | 2 |", "| tiny_fedadam | 2 |", "| tiny_harmony | 2 |"):
-        assert name in table
-    assert len(list((out / "runs").iterdir())) == 6
+
+def test_method_variant_keeps_the_sync_period_for_every_method() -> None:
+    raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")     # sync_every: 2
+    fedavg = method_variant(raw, "fedavg", policies.PRESETS)
+    assert fedavg["training"]["exchange"] == "delta" and fedavg["training"]["sync_every"] == 2
+    assert fedavg["aggregation"] == {"name": "delta_mean"}
+    scaffold = method_variant(raw, "scaffold", policies.PRESETS)
+    assert scaffold["aggregation"] == {"name": "scaffold_delta"}
+    assert "sync_every" not in method_variant(raw, "local", policies.PRESETS)["training"]
+    assert method_variant(raw, "fedmchain", policies.PRESETS, sync_every=7)[
+        "training"]["sync_every"] == 7
+    for method in ("fedavg", "fedprox", "scaffold", "local", "fedmchain"):
+        load_scenario(method_variant(raw, method, policies.PRESETS))   # each one is valid

@@ -1,4 +1,5 @@
-"""Per-device 80/20 split, the avdigits loader (real data) and scenario variants."""
+"""The audio-visual digits (raymm.data.avdigits): the prepared FSDD and MNIST files are what the
+loader reads; on the full files, FSDD paired with MNIST by label, as spectrograms and images."""
 
 from __future__ import annotations
 
@@ -6,58 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-import policies
-from raymm.app.build import load_scenario
-from raymm.app.variants import method_variant
-from raymm.config.schema import read_yaml
-from raymm.population.partition import local_split
+from raymm.data import load_dataset
+from raymm.data.prepare import prepare
 
-from helpers import REPO
 from needs import full_data
-
-SCENARIOS = REPO / "scenarios"
-
-
-def test_local_split_is_seeded_disjoint_and_80_20() -> None:
-    parts = [np.arange(0, 10), np.arange(10, 13), np.arange(13, 14)]
-    train, test = local_split(parts, 0.2, seed=3)
-    assert [t.shape[0] for t in test] == [2, 1, 0]   # round(0.2·n): 2, round(0.6)=1, 0
-    for p, a, b in zip(parts, train, test):
-        assert np.array_equal(np.sort(np.concatenate([a, b])), p)
-        assert np.intersect1d(a, b).size == 0
-    again = local_split(parts, 0.2, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(test, again[1]))
-    other = local_split(parts, 0.2, seed=4)[1][0]
-    assert not np.array_equal(test[0], other)
-
-
-def test_method_variant_drops_only_what_the_other_method_cannot_take() -> None:
-    raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")
-    raw["aggregation"] = {"clusters": 3}
-    raw["objective"] = {"tau": 0.2}
-    fedavg = method_variant(raw, "fedavg", policies.PRESETS, sync_every=1)
-    assert "aggregation" not in fedavg and "objective" not in fedavg
-    assert "sync_every" not in fedavg["training"] and fedavg["training"]["lr"] == 0.005
-    assert fedavg["selection"]["name"] == "fraction"     # a named section stays
-    wo_ra = method_variant(raw, "fedmchain_wo_ra", policies.PRESETS)
-    assert wo_ra["aggregation"] == {"clusters": 3} and wo_ra["training"]["sync_every"] == 2
-    wo_ssca = method_variant(raw, "fedmchain_wo_ssca", policies.PRESETS)
-    assert "aggregation" not in wo_ssca and wo_ssca["objective"] == {"tau": 0.2}
-    assert raw["aggregation"] == {"clusters": 3}         # input untouched
-
-
-def test_method_variant_keeps_the_sync_period_for_every_method() -> None:
-    raw = read_yaml(SCENARIOS / "fedmchain_synthetic.yaml")     # sync_every: 2
-    fedavg = method_variant(raw, "fedavg", policies.PRESETS)
-    assert fedavg["training"]["exchange"] == "delta" and fedavg["training"]["sync_every"] == 2
-    assert fedavg["aggregation"] == {"name": "delta_mean"}
-    scaffold = method_variant(raw, "scaffold", policies.PRESETS)
-    assert scaffold["aggregation"] == {"name": "scaffold_delta"}
-    assert "sync_every" not in method_variant(raw, "local", policies.PRESETS)["training"]
-    assert method_variant(raw, "fedmchain", policies.PRESETS, sync_every=7)[
-        "training"]["sync_every"] == 7
-    for method in ("fedavg", "fedprox", "scaffold", "local", "fedmchain"):
-        load_scenario(method_variant(raw, method, policies.PRESETS))   # each one is valid
+from tiny_releases import FSDD_CLIPS, fsdd_release, mnist_release
 
 
 @pytest.mark.data
@@ -91,3 +45,12 @@ def test_avdigits_pairs_by_label_with_spectrograms() -> None:
         assert idx.numel() <= 5 and (idx.numel() == 0 or idx[-1] - idx[0] + 1 == idx.numel())
     assert (xb["audio"] == 1).all()                            # the input is not modified
     assert ds.augment(xb, ("visual",), torch.Generator()) is xb
+
+
+def test_prepared_fsdd_and_mnist_are_what_avdigits_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
+    prepare("fsdd", fsdd_release(tmp_path / "fsdd"))
+    prepare("mnist", mnist_release(tmp_path / "mnist"))
+    ds = load_dataset("avdigits", {}, seed=0)  # the default files: fsdd_audio_8k, mnist_test
+    assert ds.train.y.shape[0] + ds.test.y.shape[0] == len(FSDD_CLIPS)
+    assert ds.test.y.tolist() == [0, 0, 0, 1, 1]  # takes < 5, rows by speaker, digit, take

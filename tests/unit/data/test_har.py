@@ -1,4 +1,5 @@
-"""Dataset loaders: shapes, determinism, signal strength, and clear errors for bad data files."""
+"""The HAR loader (raymm.data.har): the UCI folder layout, the npz relative to RAYMM_DATA, one
+clear error for each bad data file, and the real file."""
 
 from __future__ import annotations
 
@@ -6,140 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
-from raymm.data import DATASETS, Dataset, dataset_params, load_dataset
+from raymm.data import DATASETS, dataset_params, load_dataset
 from raymm.errors import DataError
 
+from helpers import assert_identical_datasets
 from needs import full_data
 
 UCI_NAMES = ("WALKING", "WALKING_UPSTAIRS", "WALKING_DOWNSTAIRS", "SITTING", "STANDING", "LAYING")
-
-
-def assert_identical(a: Dataset, b: Dataset) -> None:
-    for sa, sb in ((a.train, b.train), (a.test, b.test)):
-        assert sa.y.tobytes() == sb.y.tobytes()
-        for s in a.sensors:
-            assert sa.x[s].tobytes() == sb.x[s].tobytes()
-
-
-def nearest_mean_accuracy(ds: Dataset, sensor: str) -> float:
-    """Test accuracy of the closest train class mean: a cheap separability probe."""
-    xtr = ds.train.x[sensor].reshape(len(ds.train), -1)
-    xte = ds.test.x[sensor].reshape(len(ds.test), -1)
-    means = np.stack([xtr[ds.train.y == c].mean(axis=0) for c in range(ds.num_classes)])
-    dist = ((xte[:, None, :] - means[None]) ** 2).sum(-1)
-    return float((dist.argmin(1) == ds.test.y).mean())
-
-
-# ---------------------------------------------------------------- digits
-
-
-def test_digits_shapes_classes_and_split() -> None:
-    ds = load_dataset("digits", {}, seed=0)
-    assert ds.sensors == ("left", "right") and ds.num_classes == 10
-    assert ds.class_names == tuple(str(c) for c in range(10))
-    assert len(ds.train) + len(ds.test) == 1797
-    assert abs(len(ds.test) / 1797 - 0.25) < 0.01
-    for split in (ds.train, ds.test):
-        assert split.y.dtype == np.int64 and set(np.unique(split.y)) == set(range(10))
-        for s in ds.sensors:
-            x = split.x[s]
-            assert x.dtype == np.float32 and x.shape == (len(split), 32)
-            assert x.min() >= 0.0 and x.max() <= 1.0
-    # stratified: every class holds ~25% of its samples in test
-    for c in range(10):
-        n_te, n_tr = (ds.test.y == c).sum(), (ds.train.y == c).sum()
-        assert abs(n_te / (n_te + n_tr) - 0.25) < 0.02
-
-
-def test_digits_views_are_image_halves() -> None:
-    from sklearn.datasets import load_digits
-
-    ds = load_dataset("digits", {"test_fraction": 0.5}, seed=3)
-    images = load_digits().images / 16.0
-    left, right = ds.train.x["left"], ds.train.x["right"]
-    assert not np.array_equal(left, right)
-    # each train row is some image's left half, and the right half of that same image
-    flat_left = images[:, :, :4].reshape(-1, 32).astype(np.float32)
-    row = int(np.flatnonzero((flat_left == left[0]).all(1))[0])
-    np.testing.assert_array_equal(images[row, :, 4:].reshape(32).astype(np.float32), right[0])
-
-
-def test_digits_deterministic_per_seed() -> None:
-    a, b = load_dataset("digits", {}, 7), load_dataset("digits", {}, 7)
-    assert_identical(a, b)
-    c = load_dataset("digits", {}, 8)
-    assert not np.array_equal(a.test.y, c.test.y) or not np.array_equal(
-        a.test.x["left"], c.test.x["left"]
-    )
-
-
-# ---------------------------------------------------------------- synthetic
-
-
-def test_synthetic_defaults_shapes_and_balance() -> None:
-    params = dataset_params("synthetic", {})
-    assert DATASETS["synthetic"].sensors(params) == ("a", "b")
-    ds = load_dataset("synthetic", params, seed=0)
-    assert ds.num_classes == 6 and (len(ds.train), len(ds.test)) == (2000, 500)
-    assert ds.sensor_shape("a") == (16,) and ds.train.x["b"].dtype == np.float32
-    assert ds.train.y.dtype == np.int64
-    counts = np.bincount(ds.train.y, minlength=6)
-    assert counts.max() - counts.min() <= 1
-
-
-def test_synthetic_time_series_shape() -> None:
-    raw = {
-        "classes": 4,
-        "n_train": 40,
-        "n_test": 12,
-        "sensors": {
-            "ts": {"dim": 3, "informativeness": 1.0, "length": 50},
-            "v": {"dim": 5, "informativeness": 0.5},
-        },
-    }
-    ds = load_dataset("synthetic", raw, seed=1)
-    assert ds.train.x["ts"].shape == (40, 50, 3) and ds.test.x["ts"].shape == (12, 50, 3)
-    assert ds.train.x["v"].shape == (40, 5)
-    assert ds.train.x["ts"].dtype == np.float32
-
-
-def test_synthetic_deterministic_and_sensor_streams_independent() -> None:
-    base = {"sensors": {"a": {"dim": 4, "informativeness": 1.0}}, "n_train": 50, "n_test": 20}
-    a, b = load_dataset("synthetic", base, 5), load_dataset("synthetic", base, 5)
-    assert_identical(a, b)
-    assert not np.array_equal(a.train.x["a"], load_dataset("synthetic", base, 6).train.x["a"])
-    more = {**base, "sensors": {"z": {"dim": 2, "informativeness": 0.0}, **base["sensors"]}}
-    c = load_dataset("synthetic", more, 5)
-    # adding a sensor leaves the other sensors' arrays untouched
-    assert c.train.x["a"].tobytes() == a.train.x["a"].tobytes()
-
-
-@pytest.mark.parametrize("length", [None, 32])
-def test_synthetic_informativeness_controls_separability(length: int | None) -> None:
-    sensors = {
-        "strong": {"dim": 16, "informativeness": 1.0, "length": length},
-        "noise": {"dim": 16, "informativeness": 0.0, "length": length},
-    }
-    raw = {"classes": 6, "n_train": 1200, "n_test": 600, "sensors": sensors}
-    ds = load_dataset("synthetic", raw, 0)
-    assert nearest_mean_accuracy(ds, "strong") > 0.9
-    assert nearest_mean_accuracy(ds, "noise") < 1 / 6 + 0.08
-
-
-def test_synthetic_params_validation() -> None:
-    with pytest.raises(ValidationError):
-        dataset_params("synthetic", {"classes": 3, "bogus": 1})
-    with pytest.raises(ValidationError):
-        dataset_params("synthetic", {"sensors": {"a": {"dim": 0, "informativeness": 1.0}}})
-    with pytest.raises(ValidationError):
-        dataset_params("synthetic", {"sensors": {"a": {"dim": 2, "informativeness": -1.0}}})
-    with pytest.raises(KeyError):
-        dataset_params("no-such-dataset", {})
-
-
-# ---------------------------------------------------------------- HAR
 
 
 def write_uci_har_folder(root: Path, n_train: int, n_test: int, seed: int) -> dict[str, dict]:
@@ -210,7 +85,7 @@ def test_har_npz_relative_to_raymm_data(tmp_path: Path, monkeypatch: pytest.Monk
     ds = load_dataset("har", params, 0)
     assert (len(ds.train), len(ds.test)) == (10, 4) and ds.class_names == UCI_NAMES
     assert ds.test.group.tolist() == [1, 1, 2, 2]
-    assert_identical(ds, load_dataset("har", params, 0))
+    assert_identical_datasets(ds, load_dataset("har", params, 0))
 
 
 def test_har_missing_path_names_it(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Memory-mapped datasets: the `synthetic_mmap` loader, what travels to other processes instead
-of the arrays, and that a host reads only its own devices' rows."""
+"""Datasets bigger than memory (raymm.data.mapped): what travels to other processes instead of
+the arrays, tensor views, pages let go between rounds, and a host that reads only its own
+devices' rows."""
 
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ import torch
 
 from raymm.app.build import build_world, load_scenario
 from raymm.data import load_dataset
-from raymm.data import synthetic_mmap as sm
 from raymm.data.base import Dataset, Split
 from raymm.data.mapped import (
     DataSource,
     file_maps,
     for_workers,
     is_memory_mapped,
-    maps_a_file,
     received,
     release_pages,
     tensor_view,
@@ -35,76 +34,13 @@ from raymm.errors import DataError
 from raymm.protocol.messages import Broadcast, RoundPlan
 from raymm.server.server import Server
 
-from helpers import REPO, tiny_scenario
-
-
-def params(path: Path, **kw: object) -> dict:
-    return {"path": str(path), "n_train": 600, "n_test": 90, "classes": 3, "clients": 6,
-            "sensors": {"a": {"dim": 5, "informativeness": 1.0},
-                        "b": {"dim": 3, "length": 4, "informativeness": 0.5}}, **kw}
-
-
-def same_arrays(a: Dataset, b: Dataset) -> bool:
-    return all(np.array_equal(sa.y, sb.y) and
-               all(np.array_equal(sa.x[m], sb.x[m]) for m in a.sensors)
-               for sa, sb in ((a.train, b.train), (a.test, b.test)))
-
-
-def test_generated_once_mapped_and_equal_to_in_memory(tmp_path: Path) -> None:
-    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=4)
-    folder = Path(ds.meta["folder"])
-    assert isinstance(ds.train.x["a"], np.memmap) and is_memory_mapped(ds)
-    assert ds.sensor_shape("b") == (4, 3) and ds.train.x["a"].dtype == np.float32
-    assert ds.train.y.dtype == np.int64 and set(np.unique(ds.train.y)) == {0, 1, 2}
-    # clients own runs of consecutive rows
-    assert ds.train.group is not None and np.array_equal(ds.train.group,
-                                                         np.repeat(np.arange(6), 100))
-    stamp = {f.name: f.stat().st_mtime_ns for f in folder.iterdir()}
-    again = load_dataset("synthetic_mmap", params(tmp_path), seed=4)
-    assert {f.name: f.stat().st_mtime_ns for f in folder.iterdir()} == stamp   # not rewritten
-    loaded = load_dataset("synthetic_mmap", params(tmp_path, mmap=False), seed=4)
-    assert not is_memory_mapped(loaded) and not maps_a_file(loaded.train.x["a"])
-    assert same_arrays(ds, again) and same_arrays(ds, loaded)
-    # another seed is other data, in a folder of its own
-    other = load_dataset("synthetic_mmap", params(tmp_path), seed=5)
-    assert Path(other.meta["folder"]) != folder
-    assert not np.array_equal(other.train.x["a"], ds.train.x["a"])
-    # the size the loader states is what the files hold, headers aside
-    on_disk = sum(f.stat().st_size for f in folder.glob("*.npy"))
-    assert 0 < on_disk - sm.size_on_disk(sm.MappedParams(**params(tmp_path))) < 1024 * 8
-    facts = sm.SyntheticMmapLoader().facts(sm.MappedParams(**params(tmp_path)))
-    assert (facts.n_train, facts.groups, dict(facts.shapes)) == (600, 6, {"a": (5,),
-                                                                          "b": (4, 3)})
-
-
-def test_generation_does_not_depend_on_the_chunk_size(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    big = load_dataset("synthetic_mmap", params(tmp_path / "big"), seed=1)
-    monkeypatch.setattr(sm, "CHUNK_BYTES", 40)   # two rows of `a` per step
-    small = load_dataset("synthetic_mmap", params(tmp_path / "small"), seed=1)
-    assert same_arrays(big, small)
-
-
-def test_an_incomplete_folder_is_generated_again_and_a_corrupt_file_named(
-        tmp_path: Path) -> None:
-    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=2)
-    folder = Path(ds.meta["folder"])
-    (folder / sm.DONE).unlink()          # interrupted before the end: made again
-    assert same_arrays(load_dataset("synthetic_mmap", params(tmp_path), seed=2), ds)
-    np.save(folder / "train_x0.npy", np.zeros((3, 5), np.float32))
-    with pytest.raises(DataError, match="train_x0.npy.*expected float32 \\(600, 5\\)"):
-        load_dataset("synthetic_mmap", params(tmp_path), seed=2)
-
-
-def test_clients_must_fit_the_rows(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="clients"):
-        sm.MappedParams(**params(tmp_path, clients=601))
+from helpers import REPO, mmap_params, same_arrays, tiny_scenario
 
 
 def test_a_mapped_dataset_travels_as_its_loader_call(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYMM_DATA", str(tmp_path))
-    raw = params(Path("rel"))                     # relative: under the data root
+    raw = mmap_params(Path("rel"))                     # relative: under the data root
     ds = load_dataset("synthetic_mmap", raw, seed=3)
     sent = for_workers(ds, "synthetic_mmap", raw, 3)
     assert isinstance(sent, DataSource) and len(pickle.dumps(sent)) < 2048
@@ -121,8 +57,8 @@ def test_a_mapped_dataset_travels_as_its_loader_call(tmp_path: Path,
 
 
 def test_a_worker_that_opens_other_data_fails(tmp_path: Path) -> None:
-    ds = load_dataset("synthetic_mmap", params(tmp_path), seed=3)
-    sent = for_workers(ds, "synthetic_mmap", params(tmp_path), 3)
+    ds = load_dataset("synthetic_mmap", mmap_params(tmp_path), seed=3)
+    sent = for_workers(ds, "synthetic_mmap", mmap_params(tmp_path), 3)
     assert isinstance(sent, DataSource)
     with pytest.raises(DataError, match="differs from the driver's"):
         replace(sent, seed=4).open()         # the loader gives other data for another seed
@@ -161,10 +97,10 @@ def resident_kib(path: Path) -> int:
 
 
 def test_a_new_round_lets_go_of_the_pages_the_last_one_read(tmp_path: Path) -> None:
-    ds = load_dataset("synthetic_mmap", params(tmp_path, n_train=6000, clients=6), seed=1)
+    ds = load_dataset("synthetic_mmap", mmap_params(tmp_path, n_train=6000, clients=6), seed=1)
     maps = file_maps(ds.train)
     assert len(maps) == 2 and file_maps(ds.test) and not file_maps(
-        load_dataset("synthetic_mmap", params(tmp_path, mmap=False), seed=1).train)
+        load_dataset("synthetic_mmap", mmap_params(tmp_path, mmap=False), seed=1).train)
     path = Path(ds.meta["folder"]) / "train_x0.npy"
     total = float(np.asarray(ds.train.x["a"]).sum())           # every page read
     assert resident_kib(path) > 100
@@ -175,7 +111,7 @@ def test_a_new_round_lets_go_of_the_pages_the_last_one_read(tmp_path: Path) -> N
 
 def test_a_host_keeps_resident_only_the_rows_of_its_current_round(tmp_path: Path) -> None:
     sc = load_scenario(tiny_scenario(**{
-        "dataset": {"name": "synthetic_mmap", **params(
+        "dataset": {"name": "synthetic_mmap", **mmap_params(
             tmp_path, n_train=6000, clients=6,
             sensors={"a": {"dim": 1024, "informativeness": 1.0}})},
         "population.devices": 6, "population.tiers": [{"sensors": ["a"], "count": 6}],

@@ -1,5 +1,5 @@
-"""ResNet-18 encoders (torchvision, GroupNorm) and the torch device devices train on
-(`execution.accelerator`)."""
+"""Per-sensor encoders (raymm.models.encoders): ResNet-18 (torchvision, GroupNorm) embeds any
+image, refuses vectors, and trains in lock-step as sequentially."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from raymm.app.api import run
-from raymm.app.build import load_scenario
-from raymm.errors import ScenarioError
 from raymm.models.encoders import make_encoder
-from raymm.training.accelerator import DeviceUnavailable, choose_accelerator
 
-from helpers import host_round, tiny_scenario
+from helpers import host_round
 
 
 @pytest.mark.parametrize("shape", [(28, 28), (40, 65), (3, 32, 32)],
@@ -52,33 +48,3 @@ def test_resnet18_trains_in_lock_step_as_sequentially():
     assert a.device_ids.tolist() == b.device_ids.tolist()
     for g in a.updates:
         np.testing.assert_allclose(b.updates[g], a.updates[g], rtol=0, atol=1e-4, err_msg=g)
-
-
-def test_device_choice():
-    assert choose_accelerator("auto", True) == ("cuda", None)          # serial, GPU present
-    assert choose_accelerator("auto", False) == ("cpu", None)
-    assert choose_accelerator("cpu", True, ["0"]) == ("cpu", None)     # asked for the CPU
-    assert choose_accelerator("auto", True, []) == ("cpu", None)       # actor without a GPU
-    assert choose_accelerator("auto", True, ["1"]) == ("cuda", None)
-    device, why = choose_accelerator("auto", False, ["0"])   # fake GPUs, or a CPU-only torch
-    assert device == "cpu" and "no CUDA" in why and "0" in why
-    assert choose_accelerator("cuda", True, ["0"]) == ("cuda", None)
-    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
-        choose_accelerator("cuda", False)
-    with pytest.raises(DeviceUnavailable, match="num_gpus"):
-        choose_accelerator("cuda", True, [])
-
-
-def test_cuda_on_ray_without_gpus_is_a_scenario_error():
-    with pytest.raises(ScenarioError, match="execution.accelerator: cuda needs GPUs"):
-        load_scenario(tiny_scenario(**{"execution.executor": "ray",
-                                       "execution.accelerator": "cuda"}))
-    load_scenario(tiny_scenario(**{"execution.executor": "ray", "execution.accelerator": "cuda",
-                                   "execution.actor.num_gpus": 0.25}))
-
-
-def test_serial_cuda_without_a_gpu_stops_before_training(monkeypatch, tmp_path):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
-        run(load_scenario(tiny_scenario(**{"execution.accelerator": "cuda"})), out=tmp_path)
-    assert not any(tmp_path.rglob("rounds.parquet"))

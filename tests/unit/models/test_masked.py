@@ -1,5 +1,7 @@
 """Evaluation under several sensor masks with each encoder run at most twice
-(`raymm.models.masked`): the same numbers as a whole forward pass per mask."""
+(`raymm.models.masked`): the same numbers as a whole forward pass per mask; and, against the
+same whole passes, the server's subset evaluator (raymm.server.evaluation) batch by batch and
+a device's own evaluation (raymm.device.evaluation)."""
 
 from __future__ import annotations
 

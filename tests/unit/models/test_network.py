@@ -1,5 +1,6 @@
-"""The residual adapter's bottleneck is a setting: half the fusion width by default (what the
-committed TIDE tables ran with), a quarter as TIDE's design asks."""
+"""The multimodal network (raymm.models.network): the residual adapter's bottleneck is a
+setting, half the fusion width by default (what the committed TIDE tables ran with), a quarter
+as TIDE's design asks."""
 
 import pytest
 from pydantic import ValidationError

@@ -1,11 +1,13 @@
+"""The simulated devices (raymm.population.devices): tiers by count and fraction, the
+availability patterns and their clock, determinism, the size of an idle device."""
+
 import numpy as np
 import pytest
 
-from raymm.config.schema import PopulationSpec, TierSpec
+from raymm.config.schema import AvailabilitySpec, PopulationSpec, TierSpec
 from raymm.data import load_dataset
 from raymm.errors import ScenarioError
 from raymm.population.devices import build_population, split_counts
-from raymm.population.partition import dirichlet_partition
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +42,6 @@ def test_tiers_by_fraction_and_count_mismatch(ds):
         build_population(bad, ds, 0)
 
 
-def test_dirichlet_partition_covers_every_sample_once(ds):
-    rng = np.random.default_rng(0)
-    parts = dirichlet_partition(ds.train.y, 50, 0.5, 5, rng)
-    allidx = np.concatenate(parts)
-    assert sorted(allidx.tolist()) == list(range(len(ds.train)))
-    assert min(p.shape[0] for p in parts) >= 5
-
-
-def test_small_alpha_skews_labels(ds):
-    def mean_classes(alpha):
-        parts = dirichlet_partition(ds.train.y, 20, alpha, 2, np.random.default_rng(1))
-        return np.mean([np.unique(ds.train.y[p]).shape[0] for p in parts])
-    assert mean_classes(0.1) < mean_classes(100.0)
-    assert mean_classes(100.0) == 6
-
-
 def test_population_is_deterministic_and_seed_dependent(ds):
     spec = PopulationSpec(devices=40)
     a, b, c = (build_population(spec, ds, s) for s in (5, 5, 6))
@@ -70,31 +56,49 @@ def test_idle_device_is_small(ds):
     assert per_device < 64
 
 
-def _top_up_by_scanning(owner, n_devices, min_samples, rng):
-    """The rule, stated plainly: per needy device in id order, move a uniformly drawn sample
-    (in index order) of the currently largest device (lowest id on ties) until it has enough."""
-    counts = np.bincount(owner, minlength=n_devices)
-    for dev in np.flatnonzero(counts < min_samples):
-        while counts[dev] < min_samples:
-            donor = int(np.argmax(counts))
-            pool = np.flatnonzero(owner == donor)
-            owner[pool[rng.integers(pool.shape[0])]] = dev
-            counts[donor] -= 1
-            counts[dev] += 1
+def _pop(availability, n=30, seed=0):
+    ds = load_dataset("synthetic", {"n_train": 1000, "n_test": 10}, seed)
+    spec = PopulationSpec(devices=n, availability=availability,
+                          tiers=[TierSpec(sensors=["a"], fraction=0.5),
+                                 TierSpec(sensors=["a", "b"], fraction=0.5)])
+    return build_population(spec, ds, seed)
 
 
-def test_top_up_follows_the_rule_without_scanning_every_sample():
-    from raymm.population.partition import _top_up
+def test_clock_formula_by_hand():
+    pop = _pop([AvailabilitySpec(pattern="custom", period=5, online=2)])
+    i = 3
+    D, d, phi = int(pop.period[i]), int(pop.online_len[i]), int(pop.phase[i])
+    assert (D, d) == (5, 2) and 0 <= phi < 5
+    expected = [((t + phi) % D) < d for t in range(20)]
+    got = [bool(pop.online(t, np.array([i]))[0]) for t in range(20)]
+    assert got == expected
+    assert sum(got) == 8  # 2 of every 5 rounds, over 4 periods
 
-    rng = np.random.default_rng(3)
-    for _ in range(300):
-        n, low = int(rng.integers(2, 80)), int(rng.integers(1, 8))
-        total = n * low + int(rng.integers(0, 4 * n))
-        weights = rng.dirichlet(np.full(n, rng.choice([0.05, 0.5, 5.0])))
-        owner = np.minimum(np.searchsorted(np.cumsum(weights), rng.random(total)), n - 1)
-        seed = int(rng.integers(1 << 30))
-        ours, plain = owner.copy(), owner.copy()
-        _top_up(ours, n, low, np.random.default_rng(seed))
-        _top_up_by_scanning(plain, n, low, np.random.default_rng(seed))
-        assert np.array_equal(ours, plain)
-        assert np.bincount(ours, minlength=n).min() >= low
+
+def test_named_patterns_and_phases():
+    pop = _pop([AvailabilitySpec(pattern="business_hours", fraction=0.5),
+                AvailabilitySpec(pattern="overnight", fraction=0.5)], n=200)
+    assert set(zip(pop.period.tolist(), pop.online_len.tolist())) == {(60, 40), (40, 20)}
+    assert (pop.phase < pop.period).all() and (pop.phase >= 0).all()
+    # phases differ across devices, so devices of one pattern are not synchronised
+    assert len(np.unique(pop.phase[pop.period == 60])) > 10
+    online_share = np.mean([pop.online(t) for t in range(120)], axis=0)
+    np.testing.assert_allclose(online_share[pop.period == 60], 40 / 60)
+    np.testing.assert_allclose(online_share[pop.period == 40], 20 / 40)
+
+
+def test_always_is_always_online():
+    pop = _pop([AvailabilitySpec(pattern="always")])
+    assert all(pop.online(t).all() for t in range(10))
+
+
+def test_patterns_assigned_independently_of_sensors():
+    av = [AvailabilitySpec(pattern="overnight", fraction=0.3),
+          AvailabilitySpec(pattern="always", fraction=0.7)]
+    ds = load_dataset("synthetic", {"n_train": 300, "n_test": 10}, 0)
+    a = build_population(PopulationSpec(devices=30, availability=av), ds, 0)
+    b = build_population(PopulationSpec(devices=30, availability=av, tiers=[
+        TierSpec(sensors=["a"], count=10), TierSpec(sensors=["b"], count=20)]), ds, 0)
+    # changing the tiers does not move anyone's availability
+    np.testing.assert_array_equal(a.pattern, b.pattern)
+    np.testing.assert_array_equal(a.phase, b.phase)

@@ -11,6 +11,7 @@ from policies.aggregation.fedavg import FedAvg
 from raymm.app.api import run
 from raymm.device.host import DeviceHost
 from raymm.protocol import combine
+from raymm.protocol.combine import weighted_mean
 
 from helpers import tiny_scenario
 
@@ -103,3 +104,9 @@ def test_packing_and_presumming_do_not_change_results(tmp_path, monkeypatch):
         pd.testing.assert_frame_equal(rows, ref_rows, check_exact=True, obj=name)
         for g in ref:
             assert np.array_equal(params[g], ref[g]), (name, g)
+
+
+def test_weighted_mean_of_integer_weights_by_hand():
+    rows = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+    np.testing.assert_array_equal(weighted_mean(rows, np.array([1, 3]), np.array([4, 9])),
+                                  [2.5, 5.0])

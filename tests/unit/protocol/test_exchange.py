@@ -1,14 +1,14 @@
-"""Device-side exchange modes: sync windows, what a device starts from, what it uploads."""
+"""Device-side exchange modes: sync windows, downloads, what a device starts from, what it
+uploads."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
-from policies.schedule.chain import ModalityChain, phase_lengths
-from raymm.errors import ScenarioError
+from policies.schedule.chain import ModalityChain
+from raymm.protocol import exchange
 from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.exchange import downloads, finish, start_vectors, sync_window
 from raymm.protocol.messages import Broadcast, ClusterModels, RoundPlan
@@ -40,24 +40,6 @@ def test_a_device_downloads_at_its_first_selection_in_a_window() -> None:
     plan = RoundPlan(5, np.array([3, 8, 9]), ("g",), downloads("delta", last, 4))
     assert [plan.downloads(d) for d in (3, 8, 9)] == [False, True, True]
     assert RoundPlan(5, np.array([3, 8]), ("g",), False).download_mask().tolist() == [False] * 2
-
-
-def test_chain_schedule_phases_eligibility_and_groups() -> None:
-    chain = ModalityChain(ModalityChain.Params())
-    chain.bind(SimpleNamespace(rounds=7, model=SimpleNamespace(fusion="sum_logits")),
-               ("x", "y", "z"))
-    assert phase_lengths(7, 3) == [3, 2, 2]
-    assert [chain.phase(t) for t in range(1, 8)] == ["x"] * 3 + ["y"] * 2 + ["z"] * 2
-    assert chain.active_groups(4, ["sensor:x", "sensor:y", "sensor:z"]) == ("sensor:y",)
-    assert chain.phase_span(5) == (4, 5) and chain.preceding("z") == ("x", "y")
-    mask = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]], bool)
-    np.testing.assert_array_equal(chain.eligible(4, mask, ("x", "y", "z")), [False, True, True])
-    with pytest.raises(ScenarioError, match="not among"):
-        ModalityChain(ModalityChain.Params(chain=["x", "w"])).bind(
-            SimpleNamespace(rounds=4, model=SimpleNamespace(fusion="sum_logits")), ("x", "y"))
-    with pytest.raises(ScenarioError, match="sum_logits"):
-        ModalityChain(ModalityChain.Params()).bind(
-            SimpleNamespace(rounds=4, model=SimpleNamespace(fusion="concat")), ("x", "y"))
 
 
 INIT = {"g": np.zeros(2, np.float32), "h": np.full(2, 7.0, np.float32)}
@@ -123,18 +105,17 @@ def test_none_mode_never_communicates() -> None:
     assert sent == {} and st.params["g"].tolist() == [5, 5]
 
 
-def test_device_state_records_keep_the_checkpoint_format() -> None:
-    """A device's state travels and is checkpointed as the record checkpoints always held:
-    None, the adapter array alone, or one flat dict; reading one back is exact."""
-    a = np.arange(2, dtype=np.float32)
-    assert EMPTY.to_record() is None and DeviceState.from_record(None).is_empty()
-    assert DeviceState(adapter=a).to_record() is a
-    assert DeviceState.from_record(a).adapter is a
-    old = {"params/g": a, "base/g": a + 1, "scaffold_ci/g": a + 2, "local": a + 3}
-    st = DeviceState.from_record(old)
-    assert st.params["g"] is a and st.base["g"].tolist() == [1, 2]
-    assert set(st.objective) == {"scaffold_ci/g"} and st.adapter.tolist() == [3, 4]
-    again = st.to_record()
-    assert again.keys() == old.keys() and all(again[k] is old[k] for k in old)
-    with pytest.raises(TypeError, match="array or a dict"):
-        DeviceState.from_record([1.0, 2.0])
+def test_personal_exchange_keeps_parameters_on_the_device() -> None:
+    initial = {"g": np.zeros(2, np.float32)}
+    own = DeviceState(params={"g": np.array([1.0, 2.0], np.float32)})
+    plan = RoundPlan(3, np.array([0]), ("g",))
+    bcast = Broadcast(3, {"g": np.full(2, 9.0, np.float32)})
+    start, st = exchange.start_vectors("personal", plan, bcast, 0, ["g"], own, initial)
+    np.testing.assert_array_equal(start["g"], [1.0, 2.0])          # never the server's
+    sent, st = exchange.finish("personal", plan, {"g": np.array([3.0, 3.0], np.float32)},
+                               st, initial)
+    assert sent == {} and st.params["g"].tolist() == [3.0, 3.0]
+    np.testing.assert_array_equal(
+        exchange.eval_vectors("personal", bcast, 0, st, initial)["g"], [3.0, 3.0])
+    # extras (prototypes) follow delta's windows: a download at the first selection in one
+    assert exchange.downloads("personal", np.array([0, 5]), 4).tolist() == [True, False]

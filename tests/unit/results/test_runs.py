@@ -1,5 +1,5 @@
-"""Finished runs back as pandas tables (`raymm.load_runs`), the rounds as CSV (`--export csv`),
-and the per-round hook of `raymm.run`."""
+"""Finished runs back as pandas tables (`raymm.load_runs`, raymm.results.runs): runs at any
+depth, one run, a list and nothing; without torch or Ray."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ import sys
 
 import pandas as pd
 import pytest
-import yaml
 
 import raymm
 from raymm.app.api import run
-from raymm.app.cli import main
 from raymm.errors import RaymmError
 from raymm.results.compare import find_runs
 from raymm.results.runs import RUN_COLUMNS, load_runs
 
-from helpers import REPO, resume_from_round_3, tiny_scenario
+from helpers import REPO, tiny_scenario
 
 
 @pytest.fixture(scope="module")
@@ -93,72 +91,3 @@ def test_load_runs_needs_neither_torch_nor_ray(runs_tree):
                          cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-
-
-def _no_temp_files(run_dir):
-    assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".part")]
-
-
-def test_export_csv_from_the_command_line(tmp_path, capsys):
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(yaml.safe_dump(tiny_scenario(rounds=4, **{"eval.every": 2})))
-    assert main(["run", str(scenario), "--executor", "serial", "--no-progress",
-                 "--out", str(tmp_path / "out"), "--export", "csv"]) == 0
-    run_dir = next((tmp_path / "out").iterdir())
-    assert f"run directory: {run_dir}" in capsys.readouterr().out
-    parquet = pd.read_parquet(run_dir / "rounds.parquet")
-    csv = pd.read_csv(run_dir / "rounds.csv")
-    assert list(csv.columns) == list(parquet.columns)
-    # the same numbers, floats to the last bit; rounds without evaluation are empty fields
-    pd.testing.assert_frame_equal(csv, parquet, check_dtype=False)
-    assert csv["accuracy"].isna().tolist() == [True, False, True, False]
-    _no_temp_files(run_dir)
-    # without --export there is no CSV
-    assert main(["run", str(scenario), "--executor", "serial", "--no-progress",
-                 "--out", str(tmp_path / "plain")]) == 0
-    assert not list((tmp_path / "plain").glob("*/rounds.csv"))
-    # an unknown format is refused by the parser (exit 2), before anything is written
-    with pytest.raises(SystemExit) as exc:
-        main(["run", str(scenario), "--out", str(tmp_path / "x"), "--export", "xlsx"])
-    assert exc.value.code == 2 and not (tmp_path / "x").exists()
-
-
-def test_export_from_python_and_on_resume(tmp_path):
-    with pytest.raises(RaymmError, match="unknown format 'xlsx'"):
-        run(tiny_scenario(), out=tmp_path / "never", export=["xlsx"])
-    assert not (tmp_path / "never").exists()
-    ref = run(tiny_scenario(rounds=5, **{"output.checkpoint_every": 3}), out=tmp_path,
-              export="csv")
-    pd.testing.assert_frame_equal(pd.read_csv(ref.run_dir / "rounds.csv"),
-                                  pd.read_parquet(ref.run_dir / "rounds.parquet"),
-                                  check_dtype=False)
-    # a resumed run keeps its rounds.csv current without being asked again
-    resumed = resume_from_round_3(tmp_path, ref)
-    csv = pd.read_csv(resumed.run_dir / "rounds.csv")
-    assert list(csv["round"]) == [1, 2, 3, 4, 5]
-    pd.testing.assert_frame_equal(csv, pd.read_parquet(resumed.run_dir / "rounds.parquet"),
-                                  check_dtype=False)
-    _no_temp_files(resumed.run_dir)
-
-
-def test_on_round_sees_each_row_and_can_stop(tmp_path):
-    """docs/running.md's example of `on_round`: follow the curve, stop at a target."""
-    curve, seen = [], []
-
-    def watch(row):
-        seen.append(row["round"])
-        acc = row.get("accuracy")
-        row["accuracy"] = -1.0          # the hook's copy: the run's table does not change
-        if acc is not None:
-            curve.append((row["round"], acc))
-        return row["round"] == 3
-
-    res = run(tiny_scenario(rounds=6, **{"eval.every": 2}), out=tmp_path, on_round=watch)
-    assert seen == [1, 2, 3]            # stopped after round 3, as early stopping does
-    assert res.summary["rounds_completed"] == 3 and res.summary["ended"] == "completed"
-    # the hook saw the evaluated round's accuracy; its own change did not reach the table
-    assert [t for t, _ in curve] == [2]
-    table = pd.read_parquet(res.run_dir / "rounds.parquet").set_index("round")
-    assert list(table.index) == [1, 2, 3]
-    assert table.loc[2, "accuracy"] == curve[0][1] == res.summary["final_accuracy"]
-    assert not (table["accuracy"] == -1.0).any()

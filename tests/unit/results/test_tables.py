@@ -1,14 +1,23 @@
+"""Tables of finished runs side by side (raymm.results.tables): the comparison table and plot
+of two real runs (and `raymm compare`), a budget taken from one scenario's runs; and the
+TensorBoard pictures and layout those runs wrote."""
+
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from raymm.app.api import run
 from raymm.app.cli import main
-from raymm.errors import RaymmError
 from raymm.results.compare import find_runs
 from raymm.results.tables import compare, write_comparison
+from raymm.units import GIB
 
-from helpers import tiny_scenario
+from helpers import BUDGET_ROWS, tiny_scenario
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +53,6 @@ def test_compare_writes_table_and_plot(two_runs, tmp_path, capsys):
     assert (tmp_path / "c2" / "accuracy_vs_gib.png").exists()
 
 
-def test_compare_rejects_non_runs(tmp_path, capsys):
-    with pytest.raises(RaymmError, match="neither a run directory"):
-        find_runs([tmp_path])
-    assert main(["compare", str(tmp_path)]) == 2
-
-
 def test_tensorboard_pictures_and_layout(two_runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -73,3 +76,40 @@ def test_tensorboard_pictures_and_layout(two_runs):
     rounds = pd.read_parquet(run_dir / "rounds.parquet")
     assert not any(c.startswith("_") for c in rounds.columns)
     assert np.isfinite(rounds["accuracy"].dropna()).all()
+
+
+def fake_run(root: Path, name: str, seed: int, rows: list[dict], gib: float) -> Path:
+    d = root / f"{name}-{seed}"
+    d.mkdir()
+    accs = [r["accuracy"] for r in rows if "accuracy" in r]
+    summary = {"name": name, "seed": seed, "method": "m", "final_accuracy": accs[-1],
+               "best_accuracy": max(accs), "gib_total": gib,
+        "rounds_completed": rows[-1]["round"], "wall_seconds_per_round": 0.5,
+        "tier_f1": 0.5, "worst_drop": 0.1, "worst_drop_sensor": "a"}
+    (d / "summary.json").write_text(json.dumps(summary))
+    cols = sorted({k for r in rows for k in r})
+    pq.write_table(pa.table({c: [r.get(c) for r in rows] for c in cols}), d / "rounds.parquet")
+    return d
+
+
+def test_compare_with_a_budget_from_one_scenario(tmp_path: Path) -> None:
+    a1 = fake_run(tmp_path, "tide", 1, BUDGET_ROWS, 1.0)
+    a2 = fake_run(tmp_path, "tide", 2, BUDGET_ROWS, 2.0)
+    b = fake_run(tmp_path, "fedavg", 1, [{"round": 10, "accuracy": 0.8,
+                                          "bytes_total": 1.4 * GIB}], 1.4)
+    comp = compare([a1, a2, b], budget_from="tide")   # B = mean(1.0, 2.0) = 1.5 GiB
+    assert comp.budget_gib == 1.5
+    assert [r["acc_at_budget"] for r in comp.runs] == [0.7, 0.7, 0.8]
+    assert [r["acc_at_half_budget"] for r in comp.runs] == [0.5, 0.5, None]
+    pq_path, md_path = write_comparison(comp, tmp_path / "out")
+    assert pq.read_table(pq_path).column("acc_at_budget").to_pylist() == [0.7, 0.7, 0.8]
+    md = md_path.read_text()
+    # Final is the last evaluation (0.6 at round 30), Best the highest (0.7 at round 20)
+    assert "| tide | 2 | 60.00 ± 0.00 | 70.00 ± 0.00 | 70.00 ± 0.00 | 50.00 ± 0.00 |" in md
+    assert "| fedavg | 1 | 80.00 | 80.00 | 80.00 | – |" in md
+    assert "| 1.500 ± 0.707 |" in md  # GiB over the two tide seeds
+    # best 0.7 at round 20, 0.6 at the last evaluation: a fall of 10 points; none for fedavg
+    assert [round(r["fall_after_best"], 12) for r in comp.runs] == [0.1, 0.1, 0.0]
+    assert "| 30 ± 0 | – | 10.00 ± 0.00 | 0.500 ± 0.000 |" in md
+    with pytest.raises(Exception, match="no run of scenario 'nope'"):
+        compare([a1], budget_from="nope")

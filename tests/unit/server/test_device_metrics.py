@@ -1,5 +1,6 @@
-"""Per-device metrics (ACC, per tier, ACC_m, ACC per single modality, MIR) from host counts, and
-how `eval.scope` combines them with the pooled evaluation."""
+"""Per-device metrics (raymm.server.device_metrics) from host counts: ACC, per tier, ACC_m,
+ACC per single modality, MIR; the adjusted Rand index, cluster recovery and accuracy per data
+group of the clustered benchmark."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.metrics import adjusted_rand_score
 
-from raymm.driver.summary import personal_summary
 from raymm.protocol.messages import DeviceEval
-from raymm.protocol.record import RoundRecord
-from raymm.server.device_metrics import device_metrics, modality_imbalance_ratio
-from raymm.sim.engine import evaluate
+from raymm.server.device_metrics import (
+    adjusted_rand_index,
+    cluster_recovery,
+    device_metrics,
+    modality_imbalance_ratio,
+)
 
 
 def test_metrics_and_mir_on_a_hand_built_case() -> None:
@@ -51,61 +55,31 @@ def test_mir_edge_cases() -> None:
     assert math.isnan(modality_imbalance_ratio([]))
 
 
-class _Evaluations:
-    """An executor stand-in: what each evaluation returns, and the order they were asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    def evaluate(self, t: int) -> RoundRecord:
-        self.asked.append("pooled")
-        return RoundRecord({"accuracy": 0.9, "acc_tier/a": 0.5}, confusion=np.eye(2))
-
-    def evaluate_devices(self, t: int) -> dict:
-        self.asked.append("devices")
-        return {"accuracy": 0.7, "acc_tier/a": 0.6, "devices_evaluated": 3}
-
-    def get(self, value: object) -> object:
-        return value
+def test_ari_equals_scikit_learn():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.integers(0, 4, 30), rng.integers(0, 3, 30)
+        assert abs(adjusted_rand_index(a, b) - adjusted_rand_score(a, b)) < 1e-12
+    a = rng.integers(0, 4, 30)
+    assert adjusted_rand_index(a, (a + 1) % 4) == 1.0            # renaming changes nothing
+    assert adjusted_rand_index(np.zeros(5), np.zeros(5)) == 1.0
 
 
-@pytest.mark.parametrize("scope,expected", [
-    ("pooled", {"accuracy": 0.9, "acc_tier/a": 0.5}),
-    ("devices", {"accuracy": 0.7, "acc_tier/a": 0.6, "devices_evaluated": 3}),
-    ("both", {"accuracy": 0.9, "acc_tier/a": 0.5, "personal_accuracy": 0.7,
-              "personal_acc_tier/a": 0.6, "personal_devices_evaluated": 3}),
-])
-def test_scope_picks_the_evaluations_and_names_them(scope: str, expected: dict) -> None:
-    ex = _Evaluations()
-    got = evaluate(ex, 10, scope)  # type: ignore[arg-type]
-    assert got.row == expected
-    assert (got.confusion is not None) == (scope != "devices")  # a picture, never a column
-    assert ex.asked == {"pooled": ["pooled"], "devices": ["devices"],
-                        "both": ["pooled", "devices"]}[scope]
+def test_cluster_recovery_reads_the_senders_assignment():
+    truth = np.array([0, 0, 1, 1, 2, 2])
+    assignment = {"sensor:a": np.array([3, 3, 0, 0, 1, 1]), "sensor:b": np.array([0] * 6)}
+    out = cluster_recovery(assignment, {"sensor:a": np.arange(6)}, truth)
+    assert out == {"ssca/ari": 1.0}
+    out = cluster_recovery(assignment, {"sensor:a": np.arange(6), "sensor:b": np.arange(6)},
+                           truth)
+    assert out["ssca/ari"] == 0.5
+    assert cluster_recovery(assignment, {}, truth) == {}
 
 
-def test_personal_summary_reports_the_last_and_the_best_evaluation() -> None:
-    rows = [{"round": 1, "accuracy": 0.5, "personal_accuracy": 0.6,
-             "personal_acc_tier/a": 0.4, "personal_devices_evaluated": 3},
-            {"round": 2},
-            {"round": 3, "accuracy": 0.7, "personal_accuracy": 0.55,
-             "personal_acc_tier/a": 0.45, "personal_devices_evaluated": 3},
-            {"round": 4}]
-    assert personal_summary(rows) == {"final_personal_accuracy": 0.55,
-                                      "final_personal_acc_tier/a": 0.45,
-                                      "best_personal_accuracy": 0.6}
-    assert personal_summary([{"round": 1, "accuracy": 0.5}]) == {}
-
-
-def test_per_device_scopes_need_a_local_test_part() -> None:
-    from raymm.app.build import load_scenario
-    from raymm.errors import ScenarioError
-
-    from helpers import tiny_scenario
-
-    for scope in ("devices", "both"):
-        with pytest.raises(ScenarioError, match=f"eval.scope: '{scope}' needs population."
-                                                "local_test_fraction"):
-            load_scenario(tiny_scenario(**{"eval.scope": scope}))
-        load_scenario(tiny_scenario(**{"eval.scope": scope,
-                                       "population.local_test_fraction": 0.2}))
+def test_accuracy_per_group():
+    ev = DeviceEval(np.arange(4), np.full(4, 10), np.array([10, 8, 2, 4]), np.zeros(4),
+                    np.zeros((4, 1), np.int64), {})
+    out = device_metrics([ev], np.zeros(4, np.int64), (("a",),), ("a",),
+                         np.array([0, 0, 1, 1]))
+    assert out["acc_group/0"] == 0.9 and abs(out["acc_group/1"] - 0.3) < 1e-12
+    assert "acc_group/0" not in device_metrics([ev], np.zeros(4, np.int64), (("a",),), ("a",))

@@ -1,11 +1,13 @@
-"""Differential privacy (docs/methods/privacy.md): checks that can fail.
+"""Differential privacy's server half (raymm.server.privacy; docs/methods/privacy.md): checks
+that can fail.
 
 1. the empirical std of the server's noise over many rounds is σ·C/D;
-2. no device's contribution exceeds C after clipping (whole update and per group);
+2. lock-step runs the devices' mechanism as the sequential path does;
 3. raymm's ε is dp-accounting's own for the same parameters (amplified and composed);
 4. privacy off gives the non-private run bit for bit, and so does σ = 0, C = ∞ against the
    non-private run with the same arithmetic (delta exchange, unit weights, everyone selected);
 and switching TIDE's score-based selection on removes the amplification from the report.
+Clipping (the device's half): protocol/test_privacy.py.
 """
 
 from types import SimpleNamespace
@@ -23,7 +25,6 @@ from raymm.app.build import load_scenario
 from raymm.config.schema import Scenario
 from raymm.errors import ScenarioError
 from raymm.protocol.messages import HostResult, RoundPlan, merge_results
-from raymm.protocol.privacy import clip_update, group_bounds, privatize
 from raymm.server.privacy import PrivacyLedger
 
 from helpers import tiny_scenario
@@ -83,50 +84,6 @@ def test_denominator_does_not_follow_the_realised_count():
     out = led.release(1, plan, {"shared": np.zeros(4, np.float32)},
                       _batch(rows, np.arange(3)))
     np.testing.assert_allclose(out.means["shared"], 3 / 10)  # 3 senders over D = 10
-
-
-def test_no_contribution_exceeds_c_after_clipping():
-    gen = np.random.default_rng(0)
-    for scale in (1e-3, 1.0, 1e3):
-        upd = {"shared": gen.normal(0, scale, 5000), "sensor:a": gen.normal(0, scale, 300)}
-        clipped, norm, within = clip_update(upd, 0.5)
-        joint = np.sqrt(sum(float(np.dot(v.astype(np.float64), v)) for v in clipped.values()))
-        assert joint <= 0.5
-        assert within == (norm <= 0.5)
-        shares = group_bounds(1.0, {"shared": 5000, "sensor:a": 300, "sensor:b": 300}, "size")
-        per, _, _ = clip_update(upd, 0.5, shares)
-        for g, v in per.items():
-            assert np.linalg.norm(v.astype(np.float64)) <= 0.5 * shares[g]
-        assert np.sqrt(sum(float(np.dot(v.astype(np.float64), v))
-                           for v in per.values())) <= 0.5
-    # the device's upload is the clipped change from where it started
-    start = {"shared": np.full(10, 2.0, np.float32)}
-    sent = {"shared": np.full(10, 12.0, np.float32)}
-    spec = Scenario.model_validate({"name": "p", "rounds": 1, "privacy": {
-        "mode": "central", "noise_multiplier": 1.0, "clip": 1.0}}).privacy
-    up, extra = privatize(spec, 0, 1, 3, sent, start, 1.0, None)
-    assert np.linalg.norm(up["shared"].astype(np.float64)) <= 1.0
-    assert extra == {}  # nothing besides the update without adaptive clipping
-    adaptive = spec.model_copy(update={"adaptive_clip": True})
-    assert privatize(adaptive, 0, 1, 3, sent, start, 1.0, None)[1]["privacy/unclipped"] == 0.0
-
-
-def test_contributions_in_a_run_stay_within_c(monkeypatch):
-    """In a whole run, every row a host hands over is within C (captured before pre-summing)."""
-    from raymm.device import host as host_mod
-    norms: list[float] = []
-    real = host_mod.privacy.privatize
-
-    def spy(*a: Any, **kw: Any) -> Any:
-        up, extra = real(*a, **kw)
-        norms.append(float(np.sqrt(sum(float(np.dot(v.astype(np.float64), v))
-                                       for v in up.values()))))
-        return up, extra
-
-    monkeypatch.setattr(host_mod.privacy, "privatize", spy)
-    run(tiny_scenario(**{"privacy": {"mode": "central", "noise_multiplier": 0.5,
-                                     "clip": 0.05}}), out="/tmp/raymm_test_privacy")
-    assert norms and max(norms) <= 0.05
 
 
 @pytest.mark.parametrize("mode", ["central", "local"])

@@ -1,5 +1,6 @@
-"""A device that misses the deadline counts as slow: the server records the time it would have
-needed (a silent one, a penalty), so TIDE's speed score stops preferring it."""
+"""The server (raymm.server.server): a device that misses the deadline counts as slow; the
+server records the time it would have needed (a silent one, a penalty), so TIDE's speed score
+stops preferring it."""
 
 from __future__ import annotations
 

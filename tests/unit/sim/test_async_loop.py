@@ -1,20 +1,17 @@
-"""Asynchronous aggregation (raymm.sim.async_loop, FedBuff, FedAsync): the server steps'
-arithmetic, the event order, the books in a checkpoint, and whole runs on the serial executor
-(same seed, same numbers; a run resumed with updates in flight ends where an uninterrupted one
-does)."""
+"""Asynchronous aggregation on a simulated clock (raymm.sim.async_loop): the event order, the
+books in a checkpoint, and whole FedBuff and FedAsync runs on the serial executor (same seed,
+same numbers; a run resumed with updates in flight ends where an uninterrupted one does). The
+server steps' arithmetic: policies/aggregation/test_fedbuff.py and test_fedasync.py."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from policies.aggregation.fedasync import FedAsync, FedAsyncParams
-from policies.aggregation.fedbuff import FedBuff, FedBuffParams
 from raymm.app.api import run
-from raymm.app.build import build_world, load_scenario
+from raymm.app.build import load_scenario
 from raymm.driver.checkpoint import load, path_of, read
 from raymm.errors import ScenarioError
 from raymm.io import statefile
-from raymm.protocol.asynchrony import Arrivals, discount
 from raymm.sim.async_loop import WAKE, AsyncBook, Flight, Result
 from raymm.sim.serial import SerialExecutor
 
@@ -29,71 +26,6 @@ def assert_same_run(a, b):
     for g in a.params:
         assert np.array_equal(a.params[g], b.params[g]), g
     pd.testing.assert_frame_equal(table(a.run_dir), table(b.run_dir), check_exact=True)
-
-
-# --- the arithmetic ---------------------------------------------------------------------------
-def arrivals(trained, bases, staleness, samples):
-    trained = np.asarray(trained, np.float32)
-    return Arrivals(np.arange(len(trained), dtype=np.int64), np.asarray(samples, np.int64),
-                    np.asarray(staleness, np.int64), {"g": trained},
-                    {"g": trained - np.asarray(bases, np.float32)},
-                    {"g": np.arange(len(trained), dtype=np.int64)})
-
-
-def test_discounts():
-    s = np.array([0, 3, 8])
-    assert np.allclose(discount("poly", s), 1 / np.sqrt(1 + s))
-    assert np.allclose(discount("constant", s), 1)
-    assert np.allclose(discount("hinge", s, a=0.5, b=4), [1, 1, 1 / (0.5 * 4 + 1)])
-
-
-def test_each_discount_has_its_papers_defaults():
-    """Xie et al. 2019's experiments: poly a = 0.5; hinge a = 10, b = 4, so
-    f(6) = 1/(10·(6−4)+1) = 1/21, not the 1/(0.5·2+1) = 1/2 of poly's a."""
-    s = np.array([0, 4, 5, 6])
-    assert np.allclose(discount("poly", s), [1, 1 / np.sqrt(5), 1 / np.sqrt(6), 1 / np.sqrt(7)])
-    assert np.allclose(discount("hinge", s), [1, 1, 1 / 11, 1 / 21])
-    assert np.allclose(discount("constant", s), 1)
-    hinge = FedAsyncParams(staleness="hinge")
-    assert (hinge.staleness_a, hinge.staleness_b) == (10.0, 4.0)
-    assert (FedBuffParams().staleness_a, FedBuffParams().staleness_b) == (0.5, None)
-    assert FedAsyncParams(staleness="hinge", staleness_a=2).staleness_a == 2  # set: kept
-    x = {"g": np.array([1.0, 2.0], np.float32)}
-    new = FedAsync(hinge).apply(x, arrivals([[3, 3]], [[0, 0]], [6], [7]))
-    a = 0.6 / 21
-    assert np.allclose(new["g"], (1 - a) * x["g"] + a * np.array([3, 3]))
-    sc = load_scenario(async_scenario("fedasync", aggregation={
-        "name": "fedasync", "concurrency": 4, "staleness": "hinge"}))
-    agg = build_world(sc).policies.aggregator.p                 # the preset pins no a
-    assert (agg.staleness_a, agg.staleness_b) == (10.0, 4.0)
-
-
-def test_fedbuff_step_is_the_discounted_weighted_mean_delta():
-    x = {"g": np.array([1.0, 2.0], np.float32)}
-    arr = arrivals([[2, 2], [1, 4], [0, 0]], [[1, 2], [1, 2], [2, 2]], [0, 3, 1], [10, 30, 20])
-    new = FedBuff(FedBuffParams(concurrency=4, buffer=3, server_lr=0.5)).apply(x, arr)
-    f = 1 / np.sqrt(1 + np.array([0, 3, 1]))
-    w = np.array([10, 30, 20])
-    d = np.array([[1, 0], [0, 2], [-2, -2]])
-    assert np.allclose(new["g"], x["g"] + 0.5 * (w * f) @ d / w.sum())
-    assert new["g"].dtype == np.float32
-
-
-def test_fedbuff_without_staleness_is_fedavg():
-    x = {"g": np.array([1.0, 2.0], np.float32)}
-    trained = [[2, 2], [1, 4], [0, 0]]
-    arr = arrivals(trained, [x["g"]] * 3, [0, 0, 0], [10, 30, 20])
-    new = FedBuff(FedBuffParams(concurrency=3, buffer=3)).apply(x, arr)
-    assert np.allclose(new["g"], np.average(trained, axis=0, weights=[10, 30, 20]))
-
-
-def test_fedasync_mixes_each_arrival():
-    x = {"g": np.array([1.0, 2.0], np.float32), "other": np.array([5.0], np.float32)}
-    arr = arrivals([[3, 3]], [[0, 0]], [3], [7])
-    new = FedAsync(FedAsyncParams(alpha=0.6)).apply(x, arr)
-    a = 0.6 / np.sqrt(4)
-    assert np.allclose(new["g"], (1 - a) * x["g"] + a * np.array([3, 3]))
-    assert new["other"] is x["other"]  # a group nobody sent keeps its vector
 
 
 # --- the books ---------------------------------------------------------------------------------
@@ -179,7 +111,6 @@ def test_resume_with_updates_in_flight_is_exact(tmp_path, method):
     assert_same_run(ref, res)
 
 
-
 def test_the_scenarios_selector_fills_the_slots(tmp_path):
     """TIDE's score picks who fills a free slot (k = the free slots), among the available
     devices not in flight."""
@@ -197,7 +128,6 @@ def test_free_slots_wait_for_devices_to_come_online(tmp_path):
     assert (df["async/in_flight"] < 12).any()
     assert df["sim_seconds_total"].iloc[-1] > 60  # past the first availability slot
     assert_same_run(ref, resume_from_round_3(tmp_path, ref))
-
 
 
 def lockstep_fleet(n, **kw):

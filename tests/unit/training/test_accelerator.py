@@ -1,23 +1,27 @@
-"""Deterministic CUDA, checked without a GPU: the settings `choose_accelerator` makes when it
-picks CUDA (torch's calls replaced by recorders, so this process stays as it was), where a
-DeviceActor makes them, and the repeatability part of tools/gpu_check.py on the CPU."""
+"""The accelerator (raymm.training.accelerator): which torch device a host trains on
+(`execution.accelerator`) and when CUDA is refused; and the deterministic CUDA settings
+`choose_accelerator` makes when it picks CUDA, checked without a GPU (torch's calls replaced
+by recorders, so this process stays as it was)."""
 
 from __future__ import annotations
 
-import ast
 import logging
 
 import pytest
 import torch
 
+from raymm.app.api import run
+from raymm.app.build import load_scenario
+from raymm.errors import ScenarioError
 from raymm.training import accelerator
 from raymm.training.accelerator import (
     CUBLAS_WORKSPACE_CONFIG,
+    DeviceUnavailable,
     choose_accelerator,
     deterministic_cuda,
 )
 
-from helpers import REPO, load_script
+from helpers import tiny_scenario
 
 
 @pytest.fixture
@@ -94,47 +98,31 @@ def test_workspace_setting_kept_or_replaced(fake_cuda, monkeypatch, caplog):
     assert "CUDA was in use before raymm set CUBLAS_WORKSPACE_CONFIG" in caplog.text
 
 
-def test_device_actor_chooses_its_device_before_touching_cuda():
-    """DeviceActor.setup picks the device (and with it deterministic mode) before it builds or
-    warms up its host, and its constructor uses nothing of CUDA."""
-    tree = ast.parse((REPO / "actors" / "device_actor.py").read_text())
-    actor = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeviceActor")
-    methods = {f.name: f for f in actor.body if isinstance(f, ast.FunctionDef)}
-
-    def first_call(fn: ast.FunctionDef, name: str) -> int:
-        lines = [c.lineno for c in ast.walk(fn) if isinstance(c, ast.Call)
-                 and getattr(c.func, "id", getattr(c.func, "attr", None)) == name]
-        assert lines, f"{fn.name} does not call {name}"
-        return min(lines)
-
-    setup = methods["setup"]
-    assert first_call(setup, "choose_accelerator") < first_call(setup, "make_host")
-    assert first_call(setup, "choose_accelerator") < first_call(setup, "warm_up")
-    assert "cuda" not in ast.unparse(methods["__init__"])
+def test_device_choice():
+    assert choose_accelerator("auto", True) == ("cuda", None)          # serial, GPU present
+    assert choose_accelerator("auto", False) == ("cpu", None)
+    assert choose_accelerator("cpu", True, ["0"]) == ("cpu", None)     # asked for the CPU
+    assert choose_accelerator("auto", True, []) == ("cpu", None)       # actor without a GPU
+    assert choose_accelerator("auto", True, ["1"]) == ("cuda", None)
+    device, why = choose_accelerator("auto", False, ["0"])   # fake GPUs, or a CPU-only torch
+    assert device == "cpu" and "no CUDA" in why and "0" in why
+    assert choose_accelerator("cuda", True, ["0"]) == ("cuda", None)
+    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
+        choose_accelerator("cuda", False)
+    with pytest.raises(DeviceUnavailable, match="num_gpus"):
+        choose_accelerator("cuda", True, [])
 
 
-def test_gpu_check_repeat_part_on_cpu(tmp_path, capsys):
-    """gpu_check's repeatability part, on the CPU here: the same sha twice, and its sentence."""
-    gpu_check = load_script(REPO / "tools" / "gpu_check.py")
-    res = gpu_check.main(["--out", str(tmp_path), "--cpu-only", "--parts", "repeat",
-                          "--repeat-rounds", "1"])
-    rep = res["repeat"]
-    assert rep["device"] == "cpu" and rep["same"]
-    for mode in ("sequential", "lockstep"):
-        a, b = rep["runs"][mode]["sha"]
-        assert a == b and len(a) == 64
-    out = capsys.readouterr().out
-    assert "deterministic on CPU" in out and "same sha" in out
-    md = (tmp_path / "gpu_check.md").read_text()
-    assert md.startswith("# GPU check") and "0. deterministic on CPU" in md
-    assert not [line for line in md.splitlines() if line[:2] in ("1.", "2.", "3.")]  # asked: 0
-    # the sentence when two runs differ names the difference and torch's warnings
-    differ = {"same": False, "rounds": 3, "nondeterministic_ops":
-              ["adaptive_avg_pool2d_backward_cuda does not have a deterministic implementation"],
-              "runs": {"sequential": {"same": True, "sha": ["a" * 64] * 2},
-                       "lockstep": {"same": False, "sha": ["b" * 64, "c" * 64],
-                                      "max_abs_diff": 3e-8}}}
-    line = gpu_check.repeat_line(differ, "NVIDIA H100")
-    assert line.startswith("NOT deterministic on NVIDIA H100: sequential: same sha; "
-                           "lockstep: bbbbbbbbbbbb vs cccccccccccc, largest difference 3e-08")
-    assert "adaptive_avg_pool2d_backward_cuda" in line
+def test_cuda_on_ray_without_gpus_is_a_scenario_error():
+    with pytest.raises(ScenarioError, match="execution.accelerator: cuda needs GPUs"):
+        load_scenario(tiny_scenario(**{"execution.executor": "ray",
+                                       "execution.accelerator": "cuda"}))
+    load_scenario(tiny_scenario(**{"execution.executor": "ray", "execution.accelerator": "cuda",
+                                   "execution.actor.num_gpus": 0.25}))
+
+
+def test_serial_cuda_without_a_gpu_stops_before_training(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceUnavailable, match="torch sees no CUDA"):
+        run(load_scenario(tiny_scenario(**{"execution.accelerator": "cuda"})), out=tmp_path)
+    assert not any(tmp_path.rglob("rounds.parquet"))

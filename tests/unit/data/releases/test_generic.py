@@ -26,12 +26,7 @@ from raymm.errors import DataError, ScenarioError
 from raymm.models import MultimodalNet
 from raymm.population.devices import build_population
 
-from tiny_releases import AV, ave, crema, mosei_pickle, mosei_random_pickle
-
-
-def _npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+from tiny_releases import AV, ave, crema, mosei_pickle, mosei_random_pickle, npz
 
 
 def _crema_file(tmp_path: Path, **options) -> Path:
@@ -50,7 +45,7 @@ def test_default_files_are_the_converters_outputs():
 
 def test_crema_d_sensors_shapes_classes_and_actor_groups(tmp_path):
     path = _crema_file(tmp_path)
-    z = _npz(path)
+    z = npz(path)
     raw = load_dataset("crema_d", {"path": str(path), "standardize": False}, 0)
     assert raw.name == "crema_d" and raw.sensors == ("audio", "visual")
     assert raw.class_names == CREMA_EMOTIONS and raw.num_classes == 6
@@ -103,7 +98,7 @@ def test_ave_valid_joins_the_training_pool_and_test_stays_pooled(tmp_path):
     assert ds.class_names == ("Church bell", "Dog", "Male speech, man speaking")
     assert (len(ds.train), len(ds.test)) == (4, 2) and ds.meta["train_pool"] == ["train", "valid"]
     assert ds.sensor_shape("audio") == (101, 8) and ds.sensor_shape("visual") == (4, 4)
-    z = _npz(path)
+    z = npz(path)
     assert ds.train.group.tolist() == z["train_group"].tolist() + z["valid_group"].tolist()
     only = load_dataset("ave", {"path": str(path), "train_pool": "train"}, 0)
     every = load_dataset("ave", {"path": str(path), "train_pool": "all"}, 0)
@@ -113,7 +108,7 @@ def test_ave_valid_joins_the_training_pool_and_test_stays_pooled(tmp_path):
 
 def test_cmu_mosei_acoustic_is_the_audio_sensor(tmp_path):
     path = prepare("cmu-mosei", mosei_pickle(tmp_path / "m.pkl"), tmp_path / "m.npz").path
-    z = _npz(path)
+    z = npz(path)
     ds = load_dataset("cmu_mosei", {"path": str(path), "standardize": False}, 0)
     assert ds.sensors == ("text", "audio", "visual")
     assert ds.meta["file_sensors"] == {"text": "text", "audio": "acoustic", "visual": "visual"}
@@ -194,7 +189,7 @@ def test_wrong_files_give_one_clear_message(tmp_path):
     cases.append(("crema_d", tmp_path / "junk.npz", r"junk\.npz: unreadable or corrupt"))
     np.save(tmp_path / "one.npy", np.zeros(3))
     cases.append(("crema_d", tmp_path / "one.npy", r"one\.npy: not an \.npz archive"))
-    arrays = _npz(crema_file)
+    arrays = npz(crema_file)
     del arrays["meta_json"], arrays["test_group"]
     np.savez(tmp_path / "nogroup.npz", **arrays)
     cases.append(("crema_d", tmp_path / "nogroup.npz", r"missing key\(s\) test_group"))

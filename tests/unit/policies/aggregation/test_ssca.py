@@ -1,4 +1,6 @@
-"""SSCA, step by step, on small hand-made inputs with hand-computed outputs."""
+"""SSCA (policies.aggregation.ssca), step by step, on small hand-made inputs with hand-computed
+outputs; the fast paths against plain references; and what the clustered study reads: π = 1
+merges nothing across clusters, senders keep their model, a short clustered run."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from policies.aggregation.ssca import (
 from raymm.protocol.messages import UpdateBatch
 from raymm.protocol.observations import Observations
 from raymm.protocol.seams import AggregationContext
+
+from helpers import REPO
 
 
 def test_sparsify_keeps_top_kappa_by_magnitude() -> None:
@@ -429,3 +433,55 @@ def test_sign_gram_of_values_in_blocks_and_threads_is_exact(monkeypatch) -> None
         monkeypatch.setattr(ssca, "THREADS", threads)
         monkeypatch.setattr(ssca, "GRAM_BLOCK", block)
         np.testing.assert_array_equal(sign_gram(x), s @ s.T)
+
+
+# ------------------------------------------------------------------ the clustered benchmark
+def test_pi_one_merges_nothing():
+    cons = np.array([[1.0, 2e6, -1.0], [1.0, 3e6, 1.0]])
+    _, mu, _ = consistency(cons, 1.0, 1e-12)
+    assert not mu.any()
+    _, mu, _ = consistency(cons, 0.9, 1e-12)
+    assert mu.tolist() == [True, True, False]
+
+
+def test_reassign_once_keeps_returning_senders_on_their_model():
+    from policies.aggregation.ssca import SSCAParams, ssca_step
+
+    rng = np.random.default_rng(1)
+    direction = rng.standard_normal((2, 50))
+    deltas = np.concatenate([direction[0] + 0.1 * rng.standard_normal((4, 50)),
+                             direction[1] + 0.1 * rng.standard_normal((4, 50))])
+    models = np.zeros((2, 50), np.float32)
+    previous = np.array([1, 1, 0, -1, 0, 0, 1, -1])          # some returning on the "wrong" model
+    p = SSCAParams(clusters=2, min_cluster_size=1, reassign="once")
+    step = ssca_step(deltas, np.ones(8), models, previous, p, 0)
+    kept = previous >= 0
+    assert np.array_equal(step.index[kept], previous[kept])
+    assert step.index[3] != step.index[7]                    # new senders: by their cluster
+    paper = ssca_step(deltas, np.ones(8), models, previous, SSCAParams(
+        clusters=2, min_cluster_size=1), 0)
+    assert len(set(paper.index[:4].tolist())) == 1 and len(set(paper.index[4:].tolist())) == 1
+
+
+def test_clustered_run_records_groups_ari_and_per_group_accuracy(tmp_path):
+    """A short run of the clustered benchmark: devices.parquet holds each device's group, the
+    rows per-group ACC and, at every sync, the ARI of SSCA's clusters."""
+    import pandas as pd
+
+    import policies  # noqa: F401  (registers the presets)
+    from raymm.app.api import run
+    from raymm.config.schema import apply_overrides, read_yaml
+
+    scenario = REPO / "scenarios" / "ssca_clustered.yaml"
+    raw = apply_overrides(read_yaml(scenario),
+                          ["rounds=4", "training.local_epochs=1", "population.devices=16",
+                           "dataset.n_train=1600", "selection.k=16",
+                           "aggregation.min_cluster_size=2"])
+    res = run(raw, out=tmp_path, executor="serial")
+    devices = pd.read_parquet(res.run_dir / "devices.parquet")
+    assert devices["group"].tolist() == [g for g in range(4) for _ in range(4)]
+    rows = pd.read_parquet(res.run_dir / "rounds.parquet")
+    syncs = rows.dropna(subset=["ssca/clusters"])
+    assert len(syncs) == 2 and syncs["ssca/ari"].between(-1, 1).all()
+    evals = rows.dropna(subset=["accuracy"])
+    assert {f"acc_group/{g}" for g in range(4)} <= set(evals.columns)

@@ -1,5 +1,6 @@
-"""FedProto: prototype averaging, the prototype-distance loss and nearest-prototype prediction
-by hand; only prototypes travel (and are counted); every device keeps its own model."""
+"""FedProto's device side (policies.objective.fedproto): the prototype-distance loss, late
+fusion's prototype spaces and nearest-prototype prediction by hand; the method's rules, and
+in runs: only prototypes travel (and are counted), every device keeps its own model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 import policies
-from policies.aggregation.fedproto import FedProtoAggregation, average_prototypes
 from policies.objective.fedproto import (
     FedProtoObjective,
     FedProtoParams,
@@ -23,28 +23,11 @@ from raymm.app.variants import method_variant
 from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
 from raymm.models.network import ModelOutput
-from raymm.protocol import exchange
-from raymm.protocol.device_state import DeviceState
-from raymm.protocol.messages import Broadcast, RoundPlan, UpdateBatch
 from raymm.protocol.seams import LossInputs
 
 from helpers import REPO, tiny_scenario
 
 SCENARIOS = REPO / "scenarios"
-
-
-def test_global_prototype_is_the_plain_mean_over_devices_that_have_the_class() -> None:
-    means = np.array([[[1.0, 1.0], [0.0, 0.0]],      # device 0: class 0 only
-                      [[3.0, 5.0], [2.0, 2.0]],      # device 1: both
-                      [[0.0, 0.0], [4.0, 0.0]]])     # device 2: class 1 only
-    counts = np.array([[10, 0], [1, 1], [0, 7]])     # sample counts do not weigh
-    protos, has = average_prototypes(means, counts, None, None)
-    np.testing.assert_allclose(protos, [[2.0, 3.0], [3.0, 1.0]])
-    assert has.tolist() == [True, True]
-    # a class nobody reports keeps its prototype; a new report replaces it (no momentum)
-    again, has2 = average_prototypes(means[:1], counts[:1], protos, has)
-    np.testing.assert_allclose(again, [[1.0, 1.0], [3.0, 1.0]])
-    assert has2.tolist() == [True, True]
 
 
 def test_prototype_distance_by_hand() -> None:
@@ -112,31 +95,6 @@ def test_class_means_and_counts() -> None:
     means, counts = class_means(rep, torch.tensor([0, 0, 2]), 3)
     np.testing.assert_allclose(means, [[2.0, 3.0], [0.0, 0.0], [10.0, 0.0]])
     assert counts.tolist() == [2, 0, 1] and counts.dtype == np.int32
-
-
-def test_uplink_counts_only_the_classes_a_device_holds() -> None:
-    agg = FedProtoAggregation(None)
-    extras = {"proto_means/z": np.zeros((2, 3, 4), np.float32),
-              "proto_counts/z": np.array([[5, 0, 1], [0, 0, 0]], np.int32)}
-    b = UpdateBatch(np.arange(2), np.array([6, 1]), np.zeros(2), np.zeros(2), {}, {},
-                    extras, np.zeros(0, np.int64), ())
-    assert agg.extras_uplink_bytes(b).tolist() == [2 * (4 + 1) * 4, 0]
-
-
-def test_personal_exchange_keeps_parameters_on_the_device() -> None:
-    initial = {"g": np.zeros(2, np.float32)}
-    own = DeviceState(params={"g": np.array([1.0, 2.0], np.float32)})
-    plan = RoundPlan(3, np.array([0]), ("g",))
-    bcast = Broadcast(3, {"g": np.full(2, 9.0, np.float32)})
-    start, st = exchange.start_vectors("personal", plan, bcast, 0, ["g"], own, initial)
-    np.testing.assert_array_equal(start["g"], [1.0, 2.0])          # never the server's
-    sent, st = exchange.finish("personal", plan, {"g": np.array([3.0, 3.0], np.float32)},
-                               st, initial)
-    assert sent == {} and st.params["g"].tolist() == [3.0, 3.0]
-    np.testing.assert_array_equal(
-        exchange.eval_vectors("personal", bcast, 0, st, initial)["g"], [3.0, 3.0])
-    # extras (prototypes) follow delta's windows: a download at the first selection in one
-    assert exchange.downloads("personal", np.array([0, 5]), 4).tolist() == [True, False]
 
 
 def test_fedproto_needs_personal_exchange_and_per_device_evaluation() -> None:

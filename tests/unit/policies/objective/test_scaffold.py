@@ -1,17 +1,14 @@
-"""SCAFFOLD: device control-variate update (option II), loss correction, server variate."""
+"""SCAFFOLD's device side (policies.objective.scaffold): the control-variate update (option II),
+the loss correction, and what a periodic sync sends."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
-from policies.aggregation.scaffold import Scaffold
 from policies.objective.scaffold import ScaffoldObjective, ScaffoldParams
 from raymm.models.layout import Slot
-from raymm.protocol.messages import UpdateBatch
-from raymm.protocol.observations import Observations
-from raymm.protocol.seams import AggregationContext, DeviceFinish
+from raymm.protocol.seams import DeviceFinish
 
 
 def test_device_control_variate_option_ii() -> None:
@@ -51,21 +48,6 @@ def test_correction_term_has_gradient_c_minus_ci() -> None:
     w = torch.zeros(3, requires_grad=True)
     (w * corr["w"]).sum().backward()
     torch.testing.assert_close(w.grad, torch.tensor([-1.0, 2.0, 0.0]))
-
-
-def test_server_variate_is_mean_change_over_all_devices() -> None:
-    agg = Scaffold(None)
-    obs = Observations.register(np.ones((4, 1), bool), np.zeros(4, np.int64))
-    batch = UpdateBatch(np.array([0, 1]), np.array([1, 3]), np.zeros(2), np.zeros(2),
-                        {"g": np.array([[0.0, 4.0], [4.0, 0.0]], np.float32)},
-                        {"g": np.array([0, 1])},
-                        {"scaffold_dc/g": np.array([[1.0, 2.0], [3.0, 2.0]], np.float32)},
-                        np.zeros(0, np.int64), ())
-    out = agg.aggregate({"g": np.zeros(2, np.float32)}, batch,
-                        AggregationContext(1, ("a",), obs, 0))
-    np.testing.assert_allclose(out["g"], [3.0, 1.0])                 # sample-weighted mean
-    np.testing.assert_allclose(agg.extras(2)["scaffold_c/g"], [1.0, 1.0])  # (Σ Δc)/N, N = 4
-    assert agg.state_dict()["c"]["g"] == pytest.approx([1.0, 1.0])
 
 
 def test_periodic_sync_sends_the_whole_change_since_the_last_report() -> None:

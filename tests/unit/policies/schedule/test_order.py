@@ -1,17 +1,11 @@
-"""The adaptive modality order: the decision rules and their bookkeeping on
-hand-made observations, the schedule's phases, what travels, and the stage loss it drives."""
+"""The adaptive modality order (policies.schedule.order): the decision rules and their
+bookkeeping on hand-made observations, and what travels in an adaptive run."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
-from policies.objective.mcft import MCFTParams, MCFTStage
-from policies.schedule.chain import PRECEDING, ModalityChain
 from policies.schedule.order import (
     PROBE,
     AdaptiveOrder,
@@ -22,10 +16,7 @@ from policies.schedule.order import (
     pick,
     sync_rounds,
 )
-from raymm.errors import ScenarioError
-from raymm.models.network import ModelOutput
-from raymm.protocol.observations import Observations
-from raymm.protocol.seams import LossInputs, ModalityReport
+from raymm.protocol.seams import ModalityReport
 
 NAN = float("nan")
 
@@ -127,120 +118,6 @@ def test_adaptive_order_state_round_trip() -> None:
     for k, v in o.state_dict().items():
         np.testing.assert_array_equal(getattr(o2, k), v)
     assert o2.kinds[1] == 2
-
-
-def _sc(rounds: int, exchange: str = "params", every: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(rounds=rounds, model=SimpleNamespace(fusion="sum_logits"),
-                           training=SimpleNamespace(exchange=exchange, sync_every=every))
-
-
-def _obs(mask: np.ndarray) -> Observations:
-    obs = Observations.register(mask, np.zeros(mask.shape[0], np.int64))
-    obs.observe_online(np.arange(mask.shape[0]), np.full(mask.shape[0], 10))
-    return obs
-
-
-def test_adaptive_chain_schedule_phases_groups_reports_and_extras() -> None:
-    chain = ModalityChain(ModalityChain.Params(order="adaptive", phases=3, rule="gain"))
-    chain.bind(_sc(8), ("x", "y"))                   # probe 2 rounds, then 2 + 2 + 2
-    assert chain.last.tolist() == [2, 4, 6, 8]
-    groups = ["sensor:x", "sensor:y"]
-    mask = np.array([[1, 0], [0, 1], [1, 1]], bool)
-    obs = _obs(mask)
-    chain.begin_round(1, obs)
-    assert chain.phase(1) == "probe" and chain.active_groups(1, groups) == tuple(groups)
-    assert chain.eligible(1, mask, ("x", "y")).all() and chain.frozen_groups(1) == ()
-    assert chain.report_sensors(1) == ("x", "y") and chain.report_sensors(2) == ("x", "y")
-    assert chain.report_sensors(3) == () and chain.extras(1)[PRECEDING].tolist() == [0, 0]
-    for t in (1, 2):
-        correct = np.array([[6 if t == 2 else 2, -1], [-1, 3], [5, 4]], np.int32)
-        chain.observe(ModalityReport(t, np.arange(3), np.full(3, 10), correct))
-    chain.begin_round(3, obs)                        # x gained 0.2 per round, y nothing
-    assert chain.phase(3) == "x" and chain.active_groups(3, groups) == ("sensor:x",)
-    assert chain.eligible(3, mask, ("x", "y")).tolist() == [True, False, True]
-    assert chain.report_sensors(4) == ("x",)         # y is neither trained, frozen nor initial
-    chain.begin_round(5, obs)
-    assert chain.phase(5) == "y" and chain.frozen_groups(5) == ("sensor:x",)
-    assert chain.extras(5)[PRECEDING].tolist() == [1, 0]
-    assert chain.report_sensors(6) == ("x", "y")
-    stats = chain.round_stats()
-    assert stats["chain/phase"] == 2 and stats["chain/modality"] == 1
-    assert stats["chain/score/x"] == -np.inf       # x already had its phase
-    assert chain.phase_span(6) == (5, 6)
-
-
-def test_fixed_chain_keeps_no_state_and_sends_nothing_extra() -> None:
-    chain = ModalityChain(ModalityChain.Params(chain=["y", "x"]))
-    chain.bind(_sc(4), ("x", "y"))
-    assert [chain.phase(t) for t in range(1, 5)] == ["y", "y", "x", "x"]
-    assert chain.extras(3) == {} and chain.report_sensors(1) == ()
-    assert chain.state_dict() == {} and chain.round_stats() == {}
-
-
-@pytest.mark.parametrize("params, rounds, message", [
-    ({"order": "adaptive", "chain": ["x", "y"]}, 8, "drop schedule.chain"),
-    ({"order": "adaptive", "probe_rounds": 6}, 8, "do not fit"),
-    ({"order": "adaptive", "phases": 2, "rounds": [3, 2]}, 8, "add up to rounds - probe = 6"),
-    ({"phases": 3}, 8, "schedule.phases: only used with order: adaptive"),
-    ({"rule": "gain"}, 8, "schedule.rule: only used with order: adaptive"),
-])
-def test_bad_chain_parameters_are_named(params: dict, rounds: int, message: str) -> None:
-    with pytest.raises(ScenarioError, match=message):
-        ModalityChain(ModalityChain.Params(**params)).bind(_sc(rounds), ("x", "y"))
-
-
-def _stage() -> MCFTStage:
-    obj = MCFTStage(MCFTParams())
-    obj.bind(SimpleNamespace(schedule=SimpleNamespace(
-        name="modality_chain", params=lambda: {"order": "adaptive"})), ("a", "v"))
-    return obj
-
-
-def _inputs(groups: tuple[str, ...], extras: dict) -> tuple[LossInputs, dict]:
-    g = torch.Generator().manual_seed(0)
-    emb = {m: torch.randn(4, 3, generator=g, requires_grad=True) for m in ("a", "v")}
-    logits = {m: torch.randn(4, 5, generator=g, requires_grad=True) for m in ("a", "v")}
-    y = torch.tensor([0, 1, 2, 3])
-    out = ModelOutput(logits["a"] + logits["v"], None, emb, logits)
-    return LossInputs(out, y, torch.ones(4, 2), ("a", "v"), {}, {}, extras,
-                      groups=groups), {"logits": logits, "y": y}
-
-
-def test_probe_loss_trains_every_branch_on_its_own_cross_entropy() -> None:
-    inp, t = _inputs(("sensor:a", "sensor:v"), {PRECEDING: torch.zeros(2)})
-    loss = _stage().loss(inp)
-    expected = sum(F.cross_entropy(t["logits"][m], t["y"]) for m in ("a", "v"))
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
-
-
-def test_stage_loss_takes_the_predecessors_from_the_broadcast() -> None:
-    fixed = MCFTStage(MCFTParams())                  # the fixed chain v -> a
-    fixed.bind(SimpleNamespace(schedule=SimpleNamespace(
-        name="modality_chain", params=lambda: {"chain": ["v", "a"]})), ("a", "v"))
-    inp, _ = _inputs(("sensor:a",), {})
-    expected = fixed.loss(inp).item()
-    # the sensor order (a, v) would make a the first phase; the broadcast says v came first
-    inp, t = _inputs(("sensor:a",), {PRECEDING: torch.tensor([0.0, 1.0])})
-    assert _stage().loss(inp).item() == pytest.approx(expected, rel=1e-6)
-    assert expected != pytest.approx(F.cross_entropy(t["logits"]["a"], t["y"]).item())
-    inp, t = _inputs(("sensor:v",), {PRECEDING: torch.tensor([0.0, 0.0])})
-    assert _stage().loss(inp).item() == pytest.approx(
-        F.cross_entropy(t["logits"]["v"], t["y"]).item())
-
-
-def test_a_fixed_chain_may_open_with_the_probe_too() -> None:
-    """The ablation that tells the order's effect from the probe's: the same probe, then the
-    fixed chain; nothing is reported, nothing extra is sent."""
-    chain = ModalityChain(ModalityChain.Params(chain=["y", "x"], probe_rounds=2))
-    chain.bind(_sc(8), ("x", "y"))
-    groups = ["sensor:x", "sensor:y"]
-    assert [chain.phase(t) for t in range(1, 9)] == ["probe"] * 2 + ["y"] * 3 + ["x"] * 3
-    assert chain.active_groups(2, groups) == tuple(groups) and chain.frozen_groups(2) == ()
-    assert chain.frozen_groups(6) == ("sensor:y",)
-    assert chain.report_sensors(1) == () and chain.extras(1) == {}
-    with pytest.raises(ScenarioError, match="less the probe's 2"):
-        ModalityChain(ModalityChain.Params(rounds=[4, 4], probe_rounds=2)).bind(
-            _sc(8), ("x", "y"))
 
 
 def test_traffic_of_an_adaptive_run_by_hand() -> None:

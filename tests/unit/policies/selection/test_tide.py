@@ -1,9 +1,9 @@
-"""TIDE's adaptive selection weights: the bandit, the reward and the selector on
-hand-made observations; bad adaptive settings (weights and chain order) fail validation."""
+"""TIDE's selection (policies.selection.tide) by hand: the score, top-K and ties, the
+participation term; its adaptive weights: the reward and the selector on hand-made
+observations; bad adaptive settings (weights and chain order) fail validation."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +11,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from policies.selection.bandit import DiscountedUCB
 from policies.selection.tide import (
     AdaptiveWeights,
+    TideParticipationSelection,
     TideSelection,
     TideSelectionParams,
     tide_scores,
+    tier_sizes,
     top_k,
     window_reward,
 )
@@ -24,33 +25,9 @@ from raymm.app.cli import main
 from raymm.protocol.observations import Observations
 from raymm.protocol.seams import EvalFeedback, SelectionContext
 
-from helpers import REPO, tiny_scenario
+from helpers import REPO, tide_observations, tiny_scenario
 
 GIB = 1 << 30
-
-
-def test_discounted_ucb_by_hand() -> None:
-    b = DiscountedUCB(3, discount=0.5, explore=1.0)
-    assert b.choose() == 0                          # unplayed arms first, in order
-    b.update(0, 0.2)
-    assert b.choose() == 1
-    b.update(1, -0.1)
-    assert b.choose() == 2
-    b.update(2, 0.4)
-    np.testing.assert_allclose(b.counts, [0.25, 0.5, 1.0])
-    np.testing.assert_allclose(b.sums, [0.05, -0.05, 0.4])
-    assert b.scale == 0.4
-    log_n = math.log(1.75)
-    expected = [0.05 / 0.25 / 0.4 + math.sqrt(log_n / 0.25),
-                -0.05 / 0.5 / 0.4 + math.sqrt(log_n / 0.5),
-                0.4 / 1.0 / 0.4 + math.sqrt(log_n / 1.0)]
-    np.testing.assert_allclose(b.values(), expected)
-    assert b.choose() == 0                          # 1.996 > 1.748 > 0.808
-    greedy = DiscountedUCB(2, discount=1.0, explore=0.0)
-    greedy.update(0, 1.0)
-    greedy.update(1, 3.0)
-    greedy.update(0, 4.0)
-    assert greedy.choose() == 1 and greedy.values().tolist() == [2.5 / 4, 3 / 4]
 
 
 def test_window_reward_is_the_share_of_the_remaining_error_removed_per_unit_cost() -> None:
@@ -172,3 +149,54 @@ def test_bad_adaptive_settings_fail_validation_with_the_field_named(
         args += ["--set", s]
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+# --- the score, by hand -------------------------------------------------------------------
+
+
+def test_score_by_hand() -> None:
+    # v = [1/3, 1/4, .5, .5, .5]; eta = [.5, .25, 1, .5, 0]; rho = [1, 1/3, 1/3, 1, 1/3]
+    u = tide_scores(tide_observations(), np.arange(5), 0.25, 0.35, 0.25)
+    expected = [0.25 / 3 + 0.175 + 0.25, 0.0625 + 0.0875 + 0.25 / 3, 0.125 + 0.35 + 0.25 / 3,
+                0.125 + 0.175 + 0.25, 0.125 + 0.0 + 0.25 / 3]
+    np.testing.assert_allclose(u, expected, rtol=1e-12)
+    assert tier_sizes(tide_observations().sensor_mask).tolist() == [1, 3, 3, 1, 3]
+
+
+def ctx(obs: Observations, eligible: list[int], k: int, t: int = 1) -> SelectionContext:
+    return SelectionContext(t, np.arange(obs.n), np.array(eligible), k, obs,
+                            np.random.default_rng(0))
+
+
+def test_selection_top_k_and_fewer_online_than_k() -> None:
+    sel = TideSelection(TideSelectionParams())
+    assert sel.select(ctx(tide_observations(), [0, 1, 2, 3, 4], 2)).tolist() == [2, 3]
+    assert sel.select(ctx(tide_observations(), [0, 1, 2, 3, 4], 3)).tolist() == [0, 2, 3]
+    assert sel.select(ctx(tide_observations(), [1, 4], 3)).tolist() == [1, 4]
+    assert sel.select(ctx(tide_observations(), [0, 1, 4], 2)).tolist() == [0, 1]
+
+
+def test_ties_go_to_the_smaller_id() -> None:
+    ids, scores = np.array([7, 3, 5, 9]), np.array([0.5, 0.7, 0.5, 0.5])
+    assert top_k(ids, scores, 2).tolist() == [3, 5]
+    assert top_k(ids, scores, 3).tolist() == [3, 5, 7]
+    # two devices identical in every observation: the smaller id wins
+    mask = np.ones((3, 2), dtype=bool)
+    obs = Observations.register(mask, np.zeros(3, int))
+    obs.observe_online(np.arange(3), np.array([10, 10, 10]))
+    assert TideSelection(TideSelectionParams()).select(ctx(obs, [0, 1, 2], 2)).tolist() == [0, 1]
+
+
+def test_participation_term_rewards_recent_selection() -> None:
+    obs = tide_observations()
+    for t in range(1, 6):  # device 4 selected in 5 of the last 10 rounds
+        obs.observe_selected(t, np.array([4]))
+    base = tide_scores(obs, np.arange(5), 0.25, 0.35, 0.25)
+    u = tide_scores(obs, np.arange(5), 0.25, 0.35, 0.25, participation=0.15)
+    np.testing.assert_allclose(u - base, [0, 0, 0, 0, 0.15 * 0.5], atol=1e-15)
+    assert TideParticipationSelection.Params().participation == 0.15
+    # 0.5583 (dev 2) > 0.55 (dev 3) > 0.5083 (dev 0) > 0.2833 (dev 4) > 0.2333 (dev 1)
+    sel = TideParticipationSelection(TideParticipationSelection.Params())
+    assert sel.select(ctx(obs, [0, 1, 2, 3, 4], 4)).tolist() == [0, 2, 3, 4]
+    assert sel.select(ctx(obs, [1, 4], 1)).tolist() == [4]
+    assert TideSelection(TideSelectionParams()).select(ctx(obs, [1, 4], 1)).tolist() == [1]

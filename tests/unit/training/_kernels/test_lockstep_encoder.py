@@ -1,8 +1,10 @@
 """`LockstepEncoder` runs an encoder for many devices without `vmap`, with the vmapped call's
-bits forward and backward (`raymm.training._kernels.lockstep_encoder`)."""
+bits forward and backward (`raymm.training._kernels.lockstep_encoder`); whole lock-step runs
+equal the runs with every encoder under vmap."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -12,6 +14,8 @@ from raymm.models.encoders import make_encoder
 from raymm.training._kernels.lockstep_conv import blocked_convolutions, routing_convolutions
 from raymm.training._kernels.lockstep_encoder import LockstepEncoder, encode_devices
 from raymm.training._kernels.module_call import ModuleCall
+
+from helpers import tiny_run_params
 
 #: (kind, per-sample input shape): TIDE's HAR sensors, a wide series, vectors, and a user's
 #: own encoder of [C, H, W] images (no `Channels` layer, a bias-free convolution)
@@ -107,3 +111,39 @@ def test_a_plan_keeps_no_model_alive() -> None:
     del model, call
     gc.collect()
     assert gone() is None
+
+
+@pytest.fixture(autouse=True)
+def _out_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # run(out=None) writes under ./runs
+
+
+def test_encoders_run_as_their_own_layer_calls_give_the_vmapped_run_bit_for_bit(monkeypatch):
+    """`LockstepEncoder` runs known encoders without vmap, in a closed-form step (TIDE), in a
+    step through the model's loss (cross-entropy, 1-D and 2-D CNNs) and for the devices that
+    hold a sensor (`SensorEncoders`): whole lock-step runs equal the runs with every encoder
+    under vmap."""
+    planned = []
+    of = LockstepEncoder.of.__func__
+
+    def watched(cls, call, encoder):  # noqa: ANN001, ANN202
+        plan = of(cls, call, encoder)
+        planned.append(plan is not None)
+        return plan
+    sensors = {"a": {"dim": 3, "length": 32, "informativeness": 1.0},
+               "b": {"dim": 2, "length": 32, "informativeness": 0.5}}
+    # the tiny scenario's tiers mix sensor sets: `SensorEncoders` runs for both methods; the
+    # 2-D CNN's adaptive pool too
+    for extra in ({}, {"method": "tide", "aggregation": {"name": "tide", "warmup": 1}},
+                  {"model.encoder": "cnn2d"}):
+        base = {"dataset.sensors": sensors, "model.encoder": "cnn1d", "selection.k": 8,
+                "rounds": 2, "execution.training.path": "lockstep", "training.optimizer": "adam",
+                "training.lr": 0.01, **extra}
+        planned.clear()
+        monkeypatch.setattr(LockstepEncoder, "of", classmethod(watched))
+        stacked, _ = tiny_run_params(base)
+        assert planned and all(planned)
+        monkeypatch.setattr(LockstepEncoder, "of", classmethod(lambda cls, call, encoder: None))
+        under_vmap, _ = tiny_run_params(base)
+        for g in stacked:
+            assert np.array_equal(under_vmap[g], stacked[g]), (extra, g)

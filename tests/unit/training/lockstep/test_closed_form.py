@@ -1,7 +1,6 @@
-"""The lock-step gradient written out by hand (`raymm.training.lockstep.closed_form`): which models
-and
-losses it takes, and that it gives autograd's numbers, the sequential path's, and the same bits
-in every packing."""
+"""The lock-step gradient written out by hand (`raymm.training.lockstep.closed_form`): which
+models and losses it takes, and that it gives autograd's numbers, the sequential path's, and
+the same bits in every packing."""
 
 from __future__ import annotations
 
@@ -16,12 +15,6 @@ from raymm.app.api import run
 from raymm.app.build import load_scenario
 from raymm.config.schema import ModelSpec, TrainingSpec
 from raymm.models.network import MultimodalNet
-from raymm.protocol.fast_paths import (
-    CLOSED_FORMS,
-    ClosedForm,
-    closed_form_for,
-    register_closed_form,
-)
 from raymm.training._kernels.module_call import ModuleCall
 from raymm.training.local_update import Batch, LocalUpdate
 from raymm.training.lockstep.closed_form import closed_form_grads, linear_chain
@@ -66,7 +59,6 @@ def test_a_model_that_is_not_one_linear_chain_keeps_autograd(net):
 class _Subclass(CrossEntropy):
     """Not registered: a subclass may change `loss`, so it does not inherit `ce`'s step."""
 
-
 def test_a_loss_other_than_cross_entropy_keeps_autograd():
     model = _net()
     params = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
@@ -78,18 +70,6 @@ def test_a_loss_other_than_cross_entropy_keeps_autograd():
                                  plain=True) is None, objective
     assert closed_form_grads(model, CrossEntropy(CEParams()), params, params,
                              proximal=(0.0, ()), plain=False) is None
-
-
-def test_fast_paths_are_found_by_the_registered_class_of_the_objective():
-    ce = closed_form_for(CrossEntropy(CEParams()))
-    assert ce is CLOSED_FORMS["ce"] and ce.task_cross_entropy is not None
-    assert ce.after_encoders is None
-    assert closed_form_for(_Subclass(CEParams())) is None
-    tide = closed_form_for(TideObjective(TideObjectiveParams()))
-    assert tide is CLOSED_FORMS["tide"] and tide.task_cross_entropy is None
-    with pytest.raises(ValueError, match="registered twice"):
-        register_closed_form("ce", ClosedForm())
-    register_closed_form("ce", ce)   # the same entry again: a module imported twice
 
 
 def _stacked(model: MultimodalNet, g: int, scale: float) -> dict[str, torch.Tensor]:

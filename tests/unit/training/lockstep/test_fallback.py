@@ -1,9 +1,12 @@
-"""Every lock-step configuration runs the fast path: each lock-step objective x local optimizer
-x proximal term x sensor mix (`tools/lockstep_fallbacks.py`'s tiny scenarios, two
+"""When a lock-step program cannot run (`raymm.training.lockstep.fallback`), and that it
+never has to where it should not: lock-step is the default and a run that cannot use it says
+why once; every lock-step configuration runs the fast path: each lock-step objective x local
+optimizer x proximal term x sensor mix (`tools/lockstep_fallbacks.py`'s tiny scenarios, two
 rounds) trains every selected device in lock-step, none falling back to the sequential path,
-through a closed form where one applies, and ends where the sequential path ends.
+through a closed form where one applies, and ends where the sequential path ends; a round that
+counts fallbacks stops a strict run.
 
-Tolerance: 1e-4 absolute on every parameter and round loss, as `test_vectorised_tide.py`
+Tolerance: 1e-4 absolute on every parameter and round loss, as policies/objective/test_tide.py
 holds TIDE's lock-step runs (only float32 summation order, and lock-step Adam's fused kernel,
 differ). Strict mode (tests/conftest.py) already turns a fallback into an error; the rows'
 `lockstep_fallbacks` are checked besides, as the bench and `round_phases.py` read them.
@@ -24,7 +27,7 @@ from raymm.training.lockstep import fallback
 from raymm.training.lockstep.fallback import LockstepFallback
 from raymm.training.lockstep.trainer import LockstepTrainer
 
-from helpers import REPO, load_script
+from helpers import REPO, load_script, tiny_scenario
 
 SCRIPT = load_script(REPO / "tools" / "lockstep_fallbacks.py")
 TOL = 1e-4
@@ -108,3 +111,17 @@ def test_a_round_that_counts_fallbacks_stops_a_strict_run(monkeypatch):
         run_round(_Rounds(), 2, sc)
     monkeypatch.setenv(fallback.STRICT_VAR, "0")
     assert run_round(_Rounds(), 2, sc).row["lockstep_fallbacks"] == 3
+
+
+def test_lock_step_is_the_default_and_a_run_that_cannot_use_it_says_why_once(capsys):
+    """`execution.training.path` defaults to lock-step; a scenario whose objective does not opt
+    in trains sequentially, and the run says so once on stderr, naming the reason."""
+    from raymm.config.schema import EngineSpec
+
+    assert EngineSpec().path == "lockstep"
+    run(load_scenario(tiny_scenario(rounds=1)), out=None)
+    assert "notice" not in capsys.readouterr().err
+    run(load_scenario(tiny_scenario(rounds=1, method="fedproto")), out=None)
+    err = capsys.readouterr().err
+    assert err.count("raymm: notice: devices train sequentially") == 1
+    assert "does not declare `vectorisable = True`" in err
