@@ -1,6 +1,6 @@
 """A host over memory-mapped inputs whose rows outside the host's devices cannot be read.
 
-Used by tests/unit/test_mapped_data.py, in a process of its own:
+Used by tests/unit/data/test_mapped.py, in a process of its own:
 
     python tests/mapped_rows_guard.py TMP_DIR sequential|lockstep|fedmchain [--read-outside]
 

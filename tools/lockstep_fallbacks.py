@@ -12,8 +12,8 @@ sequentially, summed over the rounds. It counts the lock-step trainer's warnings
 training of N device(s) failed"; "vectorised" before the rename), so it measures any checkout,
 also one from before the trainer counted fallbacks itself (`PYTHONPATH=/path/to/checkout`);
 strict mode (`RAYMM_STRICT_LOCKSTEP`) is switched off here, so a fallback is counted, not raised.
-`tests/unit/test_lockstep_fast_path.py` runs the same configurations (`scenario`) against the
-sequential path and asserts that none falls back.
+`tests/unit/training/lockstep/test_fallback.py` runs the same configurations (`scenario`)
+against the sequential path and asserts that none falls back.
 """
 
 from __future__ import annotations

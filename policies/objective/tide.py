@@ -30,7 +30,7 @@ nor candidates of L_cs), so `raymm.training.lockstep` trains TIDE devices in loc
 
 The loss after the encoders is written out a second time, with its reverse pass, for lock-step
 programs (`policies/objective/tide_closed_form.py`): a change to a term here goes there too, or
-`tests/unit/test_tide_closed_form.py` fails.
+`tests/unit/policies/objective/test_tide_closed_form.py` fails.
 """
 
 from __future__ import annotations

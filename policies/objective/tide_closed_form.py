@@ -6,7 +6,8 @@ per-sensor heads, the adapter's personal path, L_h, L_cs and L_p -- is hundreds 
 operations forward and backward whatever the device count; written out here it is a few
 batched products and elementwise terms on `[k, B, ...]` stacks (docs/performance.md,
 "Gradients written out"). The same formulas as `policies/objective/tide.py`, term by term and
-in its order; the numbers agree to float32 rounding (`tests/unit/test_tide_closed_form.py`).
+in its order; the numbers agree to float32 rounding
+(`tests/unit/policies/objective/test_tide_closed_form.py`).
 
 It covers the objective with the `personal` adapter path or no adapter, on `MultimodalNet`
 with concat fusion (what TIDE's checks require), every parameter it reads trained; otherwise

@@ -17,7 +17,7 @@ packed into hosts. So the order is fixed by device ids alone:
 A host sends a block's partial only when it hosts every id of the block; any other sender
 travels as a row, and the server computes that block's partial from the rows with the very same
 function. So the result is bit for bit the same for every packing, and the same whether or not
-hosts pre-summed (tests/unit/test_combine.py).
+hosts pre-summed (tests/unit/protocol/test_combine.py).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ core calls the hooks directly, never looking them up by name.
 Every policy (`Policy`) may also have `check_scenario(params, scenario, sensors)` (a
 staticmethod: rules that involve the rest of the scenario, reported by `raymm validate`) and
 `bind(scenario, sensors)` (run-level facts, read when the run is built; whatever it refuses
-must be in `check_scenario`, as tests/unit/test_validate_covers_build.py checks for every
-registered policy). docs/adding-a-policy.md lists every hook.
+must be in `check_scenario`, as tests/unit/app/test_validate.py checks for every registered
+policy). docs/adding-a-policy.md lists every hook.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
     """Macro F1 over every class 0..num_classes-1, a class with neither true nor predicted
     samples scoring 0: sklearn's `f1_score(labels=range(C), average="macro", zero_division=0)`
     with its arithmetic (F = 2·tp / (true + predicted) in float64, then the mean), so the
-    numbers are the same to the last bit (tests/unit/test_macro_f1.py). Counted with numpy:
+    numbers are the same to the last bit (tests/unit/server/test_evaluation.py). Counted with numpy:
     importing sklearn.metrics costs every server process ~90 MiB and a second."""
     t = np.asarray(y_true, dtype=np.int64).ravel()
     p = np.asarray(y_pred, dtype=np.int64).ravel()

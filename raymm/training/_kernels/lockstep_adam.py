@@ -16,7 +16,7 @@ matrix products sum in another order). A device's numbers still do not depend on
 share its program: the kernel computes a value with its vector instructions except in a tail
 shorter than a vector, whose scalar code rounds otherwise, and a row of `P` -- a multiple of
 `ROW_ALIGN` floats -- leaves no tail for a run of whole rows (measured: 1-60 devices, rows of
-64-38,400 floats, one and two threads; `tests/unit/test_local_optim.py`).
+64-38,400 floats, one and two threads; `tests/unit/training/_kernels/test_lockstep_adam.py`).
 
 Set aside (`raymm.training.local_update`, a device without a minibatch in a step): a step covers
 rows `[:k]` only, so the rows after them stay as they were, with no copying. Per-device step

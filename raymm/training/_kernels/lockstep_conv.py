@@ -27,8 +27,9 @@ A program gathers a many-channel `[T, C]` minibatch device-interleaved for this 
 (`interleaved_rows`), so the call reads it without a copy. A wide call of a channel count off
 oneDNN's 8-channel blocking takes its weight gradient in blocks of devices, the same bits
 faster (`_WeightGradInBlocks`).
-`tests/unit/test_vectorised.py` checks group counts directly and packings of 1, 5 and all devices
-with convolutional encoders. A call without per-device tensors (outside vmap) is the plain one.
+`tests/unit/training/_kernels/test_lockstep_conv.py` checks group counts directly and packings
+of 1, 5 and all devices with convolutional encoders. A call without per-device tensors (outside
+vmap) is the plain one.
 """
 
 from __future__ import annotations

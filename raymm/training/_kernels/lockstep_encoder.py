@@ -12,11 +12,11 @@ layers").
 the layers it knows (`Channels`, `Conv1d`/`Conv2d` with zero padding, `ReLU`, global average
 pools and 2-D adaptive ones, `Flatten`, `Linear`): the same operations on the same tensors in
 the same memory order, so the same bits forward and backward
-(`tests/unit/test_lockstep_encoder.py` holds every supported kind to the vmapped call's bits;
-the reference runs hold whole trainings to them). Any other module, or tensors under a further
-transform, run under `vmap` as before (`encode_devices`). A tensor here carries its device
-axis at dim 0 (as given) or 1 (as a grouped convolution returns it), and each device's own
-sample axis at the other.
+(`tests/unit/training/_kernels/test_lockstep_encoder.py` holds every supported kind to the
+vmapped call's bits; the reference runs hold whole trainings to them). Any other module, or
+tensors under a further transform, run under `vmap` as before (`encode_devices`). A tensor here
+carries its device axis at dim 0 (as given) or 1 (as a grouped convolution returns it), and
+each device's own sample axis at the other.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ the loss; the caller then keeps autograd. It knows:
     head's mean cross-entropy and, at most, its proximal term: `ce` without an adapter, so
     FedAvg and FedProx.
 The numbers are the autograd path's up to float32 rounding (the products and sums run in
-another order): `tests/unit/test_closed_form.py` holds the gradients and losses to it, and a
-device's numbers to every packing. `execution.training.closed_form: false` keeps autograd
-everywhere.
+another order): `tests/unit/training/lockstep/test_closed_form.py` holds the gradients and
+losses to it, and a device's numbers to every packing. `execution.training.closed_form: false`
+keeps autograd everywhere.
 """
 
 from __future__ import annotations

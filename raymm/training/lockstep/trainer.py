@@ -27,9 +27,9 @@ Minibatch order, augmentation draws and everything else random come from the sam
 streams as the sequential path.
 
 Agreement with the sequential path: the same updates up to float32 rounding (batched matmuls
-and weighted means sum in a different order); `tests/unit/test_vectorised.py` says how close,
-on every parameter after several rounds. A device's result does not depend on which
-other devices share its bucket or chunk, so packing still does not change results.
+and weighted means sum in a different order); `tests/unit/training/lockstep/test_trainer.py`
+says how close, on every parameter after several rounds. A device's result does not depend on
+which other devices share its bucket or chunk, so packing still does not change results.
 
 An objective opts in with `vectorisable = True`, which promises the lock-step contract written
 in `raymm.training.local_update`. Its hooks run as on the sequential path: `augment(xb, present,
