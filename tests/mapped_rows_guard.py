@@ -77,7 +77,8 @@ def main() -> None:
                             "b": {"dim": DIM, "informativeness": 0.1}},
         # rows spread over the whole file, and local test rows per device
         "population.partition": {"kind": "iid"}, "population.local_test_fraction": 0.25,
-        "selection.k": 4, "execution.training.path": mode,
+        "selection.k": 4,
+        "execution.training.path": "lockstep" if mode == "lockstep" else "sequential",
         **(CHAIN if mode == "fedmchain" else {})}))
     world = build_world(sc)
     ds, pop = world.dataset, world.population
