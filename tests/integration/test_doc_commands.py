@@ -52,8 +52,8 @@ BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
 
 def doc_files() -> list[Path]:
-    """The README and the reference docs; not docs/log/, the dated log kept verbatim, whose
-    commands are a record of what ran then, not instructions."""
+    """The README and the reference docs; not the dated log kept verbatim under docs/ (its
+    folder `log`), whose commands are a record of what ran then, not instructions."""
     return [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md")
                                         if "log" not in p.relative_to(REPO / "docs").parts)]
 
