@@ -298,7 +298,8 @@ def test_a_model_factory_from_a_plugin_is_listed(tmp_path, monkeypatch, capsys,
 
 
 def test_a_run_records_its_plugins_and_resuming_needs_them(mylab, tmp_path, capsys):
-    sets = ["rounds=7", "eval.every=2", "output.checkpoint_every=3"]
+    # serial: the plugins on Ray are tests/integration/test_plugins_ray.py's
+    sets = ["rounds=7", "eval.every=2", "output.checkpoint_every=3", "execution.executor=serial"]
     ref = run(SCENARIO, sets, out=tmp_path / "ref", plugins=["mylab.fl"])
     record = (ref.run_dir / plugins.RECORD).read_text()
     assert '"module": "mylab.fl"' in record and '"source": "named"' in record
@@ -348,7 +349,7 @@ def test_what_travels_to_workers_and_child_processes(mylab, tmp_path, monkeypatc
 
 
 def test_sweep_jobs_in_processes_of_their_own_load_the_plugins(mylab, tmp_path):
-    sets = ["rounds=2", "eval.every=2"]
+    sets = ["rounds=2", "eval.every=2", "execution.executor=serial"]
     comp = run_sweep([SCENARIO], overrides=sets, out=tmp_path / "sweep", jobs=2,
                      plugins=["mylab.fl"])
     assert comp.failed == []
@@ -388,7 +389,7 @@ def test_a_plugin_model_trains_and_loads_back_with_its_plugin(mylab, tmp_path):
     """The example's model factory (parts with batch norm) runs, and `raymm.load_model` rebuilds
     it once the plugin is named (a run directory never imports code by itself)."""
     sets = ["model.factory=mylab_wearable", "method=fedavg", "selection={name: random, k: 5}",
-            "model.buffers=local", "rounds=3"]
+            "model.buffers=local", "rounds=3", "execution.executor=serial"]
     res = run(SCENARIO, sets, out=tmp_path, plugins=["mylab.fl"])
     plugins.unload("mylab.fl")
     with pytest.raises(RaymmError, match="unknown model factory 'mylab_wearable'"):
