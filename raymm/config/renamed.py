@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: old path -> (new path, how an old value reads under the new key)
@@ -41,7 +41,9 @@ def _has(node: Any, path: tuple[str, ...]) -> bool:
     return True
 
 
-def _put(node: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def set_path(node: dict[str, Any], path: Sequence[str], value: Any) -> None:
+    """`node[a][b]... = value` for path (a, b, ...), making the mappings on the way (a
+    non-mapping on the way is replaced)."""
     for key in path[:-1]:
         nxt = node.get(key)
         if not isinstance(nxt, dict):
@@ -66,7 +68,7 @@ def migrate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str
                             f"keep {new_name} only")
             continue
         _, value = _pop(out, old)
-        _put(out, new, convert(value))
+        set_path(out, new, convert(value))
         renames.append(f"{old_name} -> {new_name}")
     return out, renames, problems
 

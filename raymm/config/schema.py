@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from raymm.config.renamed import migrate, migrate_override, notice
+from raymm.config.renamed import migrate, migrate_override, notice, set_path
 from raymm.config.strict_yaml import load_yaml
 from raymm.errors import ScenarioError
 from raymm.io.paths import read_text
@@ -592,14 +592,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         parts, value = parse_override(item)
         parts, value, rename = migrate_override(parts, value)
         renames += [rename] if rename else []
-        node = out
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[p] = nxt
-            node = nxt
-        node[parts[-1]] = value
+        set_path(out, parts, value)
     notice(renames)
     return out
 
