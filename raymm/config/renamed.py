@@ -23,14 +23,11 @@ RENAMED: dict[tuple[str, ...], tuple[tuple[str, ...], Callable[[Any], Any]]] = {
 _said: set[str] = set()
 
 
-def _pop(node: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+def _pop(node: dict[str, Any], path: tuple[str, ...]) -> Any:
+    """Remove and return the value at `path`, which `_has` found."""
     for key in path[:-1]:
-        if not isinstance(node, Mapping) or not isinstance(node.get(key), Mapping):
-            return False, None
         node = node[key]
-    if not isinstance(node, dict) or path[-1] not in node:
-        return False, None
-    return True, node.pop(path[-1])
+    return node.pop(path[-1])
 
 
 def _has(node: Any, path: tuple[str, ...]) -> bool:
@@ -67,8 +64,7 @@ def migrate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str
             problems.append(f"{old_name}: the old name of {new_name}, which is set too; "
                             f"keep {new_name} only")
             continue
-        _, value = _pop(out, old)
-        set_path(out, new, convert(value))
+        set_path(out, new, convert(_pop(out, old)))
         renames.append(f"{old_name} -> {new_name}")
     return out, renames, problems
 
