@@ -20,7 +20,8 @@ from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.messages import Broadcast, HostResult, RoundPlan
 from raymm.protocol.seams import Objective
 from raymm.training.lockstep.fallback import why_not_lockstep
-from raymm.training.lockstep.trainer import ChunkRun, LockstepTrainer, Request
+from raymm.training.lockstep.program import ChunkRun, Request
+from raymm.training.lockstep.trainer import LockstepTrainer
 
 log = logging.getLogger("raymm.training.lockstep")
 

@@ -2,8 +2,8 @@
 
 In an MCFT stage the earlier modality's encoder is frozen on every device, often for many rounds
 on end (FedMChain's vision phase keeps the audio encoder fixed for half the run). A lock-step
-program computes each frozen encoder's embeddings once a round (`LockstepTrainer.
-_frozen_embeddings`); a device seen in an earlier round with the very same weights, samples and
+program computes each frozen encoder's embeddings once a round (`FrozenEncoders.embeddings`,
+below); a device seen in an earlier round with the very same weights, samples and
 batch size would get the same numbers again, so they are kept here and checked, not trusted: an
 entry is used only when every weight of the encoder equals the stored copy bit for bit, and the
 device's sample indices, whether it holds the sensor and the batch size are those it was
@@ -19,6 +19,7 @@ computed in calls of their own. Least recently used entries leave first.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+from torch.func import vmap
+
+from raymm.phases import phase
+from raymm.training.local_update import Params
+from raymm.training.lockstep.batches import Minibatches
+from raymm.training.lockstep.program import Program
+from raymm.training.sequential import SequentialTrainer
 
 #: the most bytes of embeddings and weight copies one host keeps
 MAX_BYTES = 64 * 2**20
@@ -129,3 +137,99 @@ class FrozenEmbeddingCache:
         while self._bytes > self.max_bytes and self._entries:
             _, first = self._entries.popitem(last=False)
             self._bytes -= first.nbytes
+
+
+class FrozenEncoders:
+    """The embeddings of the encoders no device of a program trains (MCFT's earlier
+    modalities), computed once a round in calls of the steps' own shapes and kept across rounds
+    in a `FrozenEmbeddingCache`."""
+
+    def __init__(self, base: SequentialTrainer, data: Minibatches,
+                 encoder_params: dict[str, list[str]]) -> None:
+        self.model = base.model
+        self.all_sensors = base.dataset.sensors
+        self.call, self.accelerator = base.call, base.accelerator
+        self.batch_size = base.training.batch_size
+        self.data = data
+        self.encoder_params = encoder_params
+        self.cache = FrozenEmbeddingCache()
+
+    def sensors(self, names: list[str], helds: np.ndarray) -> list[str]:
+        """Sensors held by some device of the program whose encoder no device trains (MCFT's
+        earlier modalities): their embeddings do not change during the round."""
+        if not self.model.takes_embeddings:
+            return []
+        trained = set(names)
+        out = []
+        for j, m in enumerate(self.all_sensors):
+            enc = self.encoder_params[m]
+            if enc and trained.isdisjoint(enc) and helds[:, j].any():
+                out.append(m)
+        return out
+
+    @phase("lockstep.frozen_encoders")
+    def embeddings(self, sensors: list[str], p: Program) -> dict[str, Tensor]:
+        """sensor -> [G, steps x B, E]: every device's embedding of each of its samples (by
+        local position) under its frozen encoder, computed once for the round instead of once
+        per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
+        samples in position order -- and a sample's embedding does not depend on the other
+        samples of its call, so each is the one its steps would compute (the same bits: the
+        reference runs of FedMChain in lock-step check it). A device whose encoder weights
+        equal those of an earlier round's pass takes that pass's embeddings
+        (`FrozenEmbeddingCache`); the others are computed in calls of their own."""
+        if not sensors:
+            return {}
+        g, bs, steps = len(p.reqs), self.batch_size, len(p.training)
+        order = torch.arange(steps * bs).expand(g, -1)
+        rows = self.data.rows_of(p.indices, order, steps)   # [G, steps, B], positions in order
+        return {m: self._sensor(m, p, rows) for m in sensors}
+
+    def _sensor(self, m: str, p: Program, rows: Tensor) -> Tensor:
+        """`embeddings` of one sensor: the kept ones, the others computed and kept."""
+        g, bs = len(p.reqs), self.batch_size
+        common = {n: p.shared[n] for n in self.encoder_params[m] if n in p.shared}
+        own = {n: p.dev_frozen[n] for n in self.encoder_params[m] if n in p.dev_frozen}
+        # devices whose embeddings an earlier round computed with these very weights
+        own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
+        holds = p.helds[:, self.all_sensors.index(m)].tolist()
+        kept = self.cache.lookup(m, [r.device for r in p.reqs], common, own_rows,
+                                 [r.indices for r in p.reqs], holds, bs)
+        todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
+        # (devices, positions, embeddings): the kept ones, then those computed step by step
+        parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
+            (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
+        parts += self._encode_steps(m, p, rows, common, own, todo)
+        # positions no step reads stay zero (a program has at least one device)
+        cache = parts[0][2].new_zeros((g, len(p.training) * bs, parts[0][2].shape[-1]))
+        for at_rows, positions, e in parts:
+            cache[at_rows, positions] = e
+        self.cache.store(m, [p.reqs[i].device for i in todo],
+                         [own_rows[i] for i in todo], [p.reqs[i].indices for i in todo],
+                         [holds[i] for i in todo], bs,
+                         [cache[i, :p.own_steps[i] * bs] for i in todo])
+        return cache
+
+    def _encode_steps(self, m: str, p: Program, rows: Tensor, common: Params, own: Params,
+                      todo: list[int]) -> list[tuple[slice | Tensor, slice, Tensor]]:
+        """(devices, positions, embeddings) of the devices `todo` under sensor m's frozen
+        encoder, in calls of the steps' own shapes."""
+        call, encoders = self.call, self.model.encoders
+        assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
+        bs = self.batch_size
+
+        def encode(per: Params, x: Tensor) -> Tensor:
+            return call.run({**common, **per}, encoders[m], x)
+        pick = torch.tensor(todo, dtype=torch.long, device=self.accelerator)
+        parts: list[tuple[slice | Tensor, slice, Tensor]] = []
+        with torch.no_grad():
+            for s, k in enumerate(p.training):
+                # the devices to compute that have a minibatch at step s (the first k
+                # devices have one); all of them: views of the stacks, not copies
+                left = bisect.bisect_left(todo, k)
+                if not left:
+                    break   # fewer devices at each later step
+                at: slice | Tensor = slice(None, k) if left == k else pick[:left]
+                x = self.data.inputs(rows[at, s], p.helds[todo[:left]], p.held_t[at], [m])[0][m]
+                e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
+                parts.append((at, slice(s * bs, (s + 1) * bs), e))
+        return parts

@@ -48,7 +48,7 @@ without gradient -- unless every device of the chunk starts from the very same v
 then stays one shared tensor. An encoder no device of the program trains (a frozen branch) sees
 each sample once a round, not once an epoch: its embeddings are computed before the steps, in
 calls of the steps' own shapes, and each step takes its rows of them
-(`LockstepTrainer._frozen_embeddings`; the same bits), and a device whose frozen weights have
+(`frozen_cache.FrozenEncoders`; the same bits), and a device whose frozen weights have
 not changed since an earlier round reuses that round's (`raymm.training.lockstep.frozen_cache`). The
 objective's per-device hooks run as on the sequential path: `device_tensors(state, extras,
 layout, groups)` per device, stacked into `LossInputs.local` (one device's view inside the
@@ -74,16 +74,13 @@ started without the variable).
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import vmap
 
 from raymm import seeding
 from raymm.models import LOCAL
@@ -106,8 +103,9 @@ from raymm.training.lockstep.batches import Minibatches
 from raymm.training.lockstep.closed_form import closed_form_grads
 from raymm.training.lockstep.encoders import SensorEncoders
 from raymm.training.lockstep.fallback import fallback_error, strict
-from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
+from raymm.training.lockstep.frozen_cache import FrozenEncoders
 from raymm.training.lockstep.gradients import vmap_autograd
+from raymm.training.lockstep.program import ChunkRun, Feed, Program, Request
 from raymm.training.sequential import DeviceOutcome, SequentialTrainer
 
 log = logging.getLogger("raymm.training.lockstep")
@@ -122,88 +120,6 @@ def _lockstep_adam(params: Params, opt: FunctionalOptimizer, grad_sum: bool,
 STEPPERS: dict[str, StepperFactory] = {"adam": _lockstep_adam}
 
 # --------------------------------------------------------------------------- trainer
-
-
-class Request(NamedTuple):
-    """One selected device's work this round, as the host would pass it to `SequentialTrainer`
-    (a NamedTuple: a host builds one per selected device and round)."""
-
-    device: int
-    indices: np.ndarray
-    held: np.ndarray
-    groups: tuple[str, ...]
-    local: np.ndarray | None
-    #: the vectors the device loads before training (`exchange.start_vectors`); None: broadcast
-    start: dict[str, np.ndarray] | None = None
-    #: what the device kept from earlier rounds, for the objective's hooks
-    state: dict[str, np.ndarray] | None = None
-
-
-@dataclass(frozen=True)
-class ChunkRun:
-    """One lock-step program's devices, trained: every device's flat vectors as rows of one
-    matrix per group, in the chunk's order (most steps first, then by id)."""
-
-    reqs: list[Request]
-    sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
-    groups: list[str]                      # every group a device trains (each: `reqs[i].groups`)
-    flat: dict[str, np.ndarray]            # group (and LOCAL with an adapter) -> float32 [G, P]
-    loss: np.ndarray                       # float64 [G]: mean minibatch loss
-    steps: np.ndarray                      # int [G]: optimizer steps taken
-    mean_grads: dict[str, np.ndarray] | None
-
-    def devices(self) -> np.ndarray:
-        return np.array([r.device for r in self.reqs], np.int64)
-
-
-@dataclass
-class _Program:
-    """One lock-step program as planned before its first step (`LockstepTrainer._plan`)."""
-
-    reqs: list[Request]
-    rnd: int
-    groups: list[str]                   # the groups trained, stacked per device
-    names: list[str]                    # their parameters (and the adapter's)
-    sources: list[dict[str, np.ndarray]]   # each device's starting vectors (`_sources`)
-    params: Params                      # trained: [G, ...] starting values
-    anchor: Params                      # the same, as received (the proximal term's anchor)
-    shared: Params                      # untrained, one tensor for every device
-    dev_frozen: Params                  # untrained but per device: [G, ...]
-    local_t: Params                     # the objective's device tensors, stacked
-    helds: np.ndarray                   # bool [G, M]: the sensors each device holds
-    per_held: list[tuple[str, ...]]     # the same by name, per device
-    held_t: Tensor                      # the same as float, on the accelerator
-    held_names: tuple[str, ...]         # sensors some device holds
-    keeps: dict[str, Tensor]            # per parameter not every device trains (`_keeps`)
-    sizes: np.ndarray                   # samples per device
-    own_steps: np.ndarray               # steps per epoch per device, most first
-    training: list[int]                 # per step of an epoch: the devices (a prefix) in it
-    unread: dict[str, int]              # sensors whose encoders are not run -> width
-
-    @property
-    def indices(self) -> list[np.ndarray]:
-        """Each device's sample indices."""
-        return [r.indices for r in self.reqs]
-
-    @property
-    def steps(self) -> int:
-        """Steps per epoch of the longest device."""
-        return int(self.own_steps[0])
-
-
-@dataclass
-class _Feed:
-    """How a program's minibatches are drawn (`LockstepTrainer._feed`)."""
-
-    weight: Tensor                                  # [G, steps, B]: 1 real row, 0 padding
-    augment: Callable[..., Any] | None              # the objective's, where it draws
-    data_aug: Callable[..., Any] | None             # the dataset's
-    aug_gens: list[torch.Generator]                 # the dataset augmentation's streams
-    gens: list[torch.Generator] = field(default_factory=list)   # per epoch draws; [] = drawn
-    all_rows: list[Tensor] = field(default_factory=list)   # every epoch's rows, drawn at once
-    frozen: list[str] = field(default_factory=list)        # sensors with round-long embeddings
-    positions: list[Tensor] = field(default_factory=list)  # per epoch: samples' positions
-    gathered: list[str] = field(default_factory=list)      # sensors whose inputs are gathered
 
 
 class LockstepTrainer:
@@ -237,8 +153,8 @@ class LockstepTrainer:
         self.active: tuple[str, ...] = ()
         #: minibatch orders, rows and inputs, drawn as the sequential path draws them
         self.data = Minibatches(base)
-        #: frozen encoders' embeddings from earlier rounds (`_frozen_embeddings`)
-        self.frozen_cache = FrozenEmbeddingCache()
+        #: frozen encoders' embeddings: once a round, kept across rounds
+        self.frozen = FrozenEncoders(base, self.data, self.encoder_params)
 
     @phase("lockstep.program")
     def run(self, requests: list[Request], rnd: int, broadcast: Broadcast,
@@ -315,7 +231,7 @@ class LockstepTrainer:
                               grad_sum=self.objective.needs_grad_mean)
         return self._finish(prog, done)
 
-    def _plan(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]) -> _Program:
+    def _plan(self, reqs: list[Request], rnd: int, extras: dict[str, Tensor]) -> Program:
         """What the program trains and from where: its groups and parameters, every device's
         starting values, held sensors, dropped gradients and steps per epoch."""
         t = self.base.training
@@ -336,7 +252,7 @@ class LockstepTrainer:
         training = (own_steps[None, :] > np.arange(steps)[:, None]).sum(1).tolist()
         # encoders the loss reads nothing from this round: not run (zero embeddings)
         unread = self.base.unread(tuple(groups), held_names, extras)
-        return _Program(reqs, rnd, groups, names, sources, params, anchor, shared, dev_frozen,
+        return Program(reqs, rnd, groups, names, sources, params, anchor, shared, dev_frozen,
                         local_t, helds, per_held, held_t, held_names, keeps, sizes, own_steps,
                         training, unread)
 
@@ -355,7 +271,7 @@ class LockstepTrainer:
             raise ValueError("no trainable parameters")
         return groups, names
 
-    def _feed(self, p: _Program) -> _Feed:
+    def _feed(self, p: Program) -> Feed:
         """How the program's minibatches are drawn, from each device's own streams as the
         sequential path draws them. When nothing but the minibatch order draws from them,
         every epoch's order is drawn now, and a frozen encoder's embeddings can be computed
@@ -371,13 +287,13 @@ class LockstepTrainer:
         # a default `augment` draws nothing: the minibatch order may then be drawn at once
         augment = self.objective.augment if self.objective.overrides(Objective.augment) \
             else None
-        f = _Feed(weight, augment, data_aug, aug_gens)
+        f = Feed(weight, augment, data_aug, aug_gens)
         if augment is None and data_aug is None:
             # draw every epoch's order now, in the sequential path's order, with one re-seeded
             # generator
             perms = self.data.all_epoch_perms(seeds, p.sizes, p.steps)
             f.all_rows = [self.data.rows_of(p.indices, q, p.steps) for q in perms]
-            f.frozen = [m for m in self._frozen_sensors(p.names, p.helds) if m not in p.unread]
+            f.frozen = [m for m in self.frozen.sensors(p.names, p.helds) if m not in p.unread]
             skipped = set(p.unread)   # nothing reads their inputs either
             # the samples' positions where the embeddings are (`rows_of` reads `perms` on CPU)
             f.positions = [q.to(base.accelerator) for q in perms] if f.frozen else []
@@ -386,12 +302,12 @@ class LockstepTrainer:
         f.gathered = [m for m in self.sensors if m not in f.frozen and m not in skipped]
         return f
 
-    def _batches(self, p: _Program, f: _Feed) -> Iterator[Batch]:
+    def _batches(self, p: Program, f: Feed) -> Iterator[Batch]:
         """The program's minibatches, epoch by epoch and step by step, each for the prefix of
         devices that have one (run inside the program's convolution context, as the steps'
         own encoders run)."""
         bs = self.base.training.batch_size
-        cached = self._frozen_embeddings(f.frozen, p)
+        cached = self.frozen.embeddings(f.frozen, p)
         for epoch in range(self.base.training.local_epochs):
             # [G, steps, B] rows of the split
             rows = f.all_rows[epoch] if not f.gens else \
@@ -405,7 +321,7 @@ class LockstepTrainer:
                         for m, c in cached.items()})
                 yield batch
 
-    def _minibatch(self, p: _Program, f: _Feed, rows: Tensor, s: int, k: int) -> Batch:
+    def _minibatch(self, p: Program, f: Feed, rows: Tensor, s: int, k: int) -> Batch:
         """Step s's minibatch of the first k devices (`rows` [k, B]), augmented as the
         sequential path augments it."""
         xb, present = self.data.inputs(rows, p.helds[:k], p.held_t[:k], f.gathered)
@@ -415,7 +331,7 @@ class LockstepTrainer:
                                         p.per_held[:k], f.gens[:k], f.aug_gens[:k])
         return Batch(xb, y, present, f.weight[:k, s], None)
 
-    def _gradient(self, p: _Program, f: _Feed, update: LocalUpdate) -> GradFn:
+    def _gradient(self, p: Program, f: Feed, update: LocalUpdate) -> GradFn:
         """The program's gradient, picked once: a model and loss known in closed form skip
         autograd (`raymm.training.lockstep.closed_form`); else `gradients.vmap_autograd`, with
         the objective's loss after the encoders in closed form where one is registered
@@ -434,7 +350,7 @@ class LockstepTrainer:
                             self._closed_loss(p.names, f.frozen, p.unread, p.local_t),
                             self.encoder_params)
 
-    def _finish(self, p: _Program, done: UpdateResult) -> ChunkRun:
+    def _finish(self, p: Program, done: UpdateResult) -> ChunkRun:
         """The trained program as rows: each device's losses of its own steps, then zeros."""
         losses = torch.zeros((len(p.reqs), len(done.losses)), dtype=torch.float64,
                              device=self.base.accelerator)
@@ -539,86 +455,6 @@ class LockstepTrainer:
             raise ValueError("device_tensors returned different keys for devices of one bucket")
         return {k: torch.stack([torch.as_tensor(p[k]) for p in per]).to(self.base.accelerator)
                 for k in sorted(keys)}
-
-    def _frozen_sensors(self, names: list[str], helds: np.ndarray) -> list[str]:
-        """Sensors held by some device of the program whose encoder no device trains (MCFT's
-        earlier modalities): their embeddings do not change during the round."""
-        if not self.model.takes_embeddings:
-            return []
-        trained = set(names)
-        out = []
-        for j, m in enumerate(self.sensors):
-            enc = self.encoder_params[m]
-            if enc and trained.isdisjoint(enc) and helds[:, j].any():
-                out.append(m)
-        return out
-
-    @phase("lockstep.frozen_encoders")
-    def _frozen_embeddings(self, sensors: list[str], p: _Program) -> dict[str, Tensor]:
-        """sensor -> [G, steps x B, E]: every device's embedding of each of its samples (by
-        local position) under its frozen encoder, computed once for the round instead of once
-        per epoch. The calls have the steps' very shapes -- step s's devices, a minibatch of B
-        samples in position order -- and a sample's embedding does not depend on the other
-        samples of its call, so each is the one its steps would compute (the same bits: the
-        reference runs of FedMChain in lock-step check it). A device whose encoder weights
-        equal those of an earlier round's pass takes that pass's embeddings
-        (`frozen_cache`); the others are computed in calls of their own."""
-        if not sensors:
-            return {}
-        g, bs, steps = len(p.reqs), self.base.training.batch_size, len(p.training)
-        order = torch.arange(steps * bs).expand(g, -1)
-        rows = self.data.rows_of(p.indices, order, steps)   # [G, steps, B], positions in order
-        return {m: self._frozen_sensor(m, p, rows) for m in sensors}
-
-    def _frozen_sensor(self, m: str, p: _Program, rows: Tensor) -> Tensor:
-        """`_frozen_embeddings` of one sensor: the kept ones, the others computed and kept."""
-        g, bs = len(p.reqs), self.base.training.batch_size
-        common = {n: p.shared[n] for n in self.encoder_params[m] if n in p.shared}
-        own = {n: p.dev_frozen[n] for n in self.encoder_params[m] if n in p.dev_frozen}
-        # devices whose embeddings an earlier round computed with these very weights
-        own_rows = [{n: t[i] for n, t in own.items()} for i in range(g)]
-        holds = p.helds[:, self.sensors.index(m)].tolist()
-        kept = self.frozen_cache.lookup(m, [r.device for r in p.reqs], common, own_rows,
-                                        [r.indices for r in p.reqs], holds, bs)
-        todo = [i for i, e in enumerate(kept) if e is None]   # ascending, as devices are
-        # (devices, positions, embeddings): the kept ones, then those computed step by step
-        parts: list[tuple[int | slice | Tensor, slice, Tensor]] = [
-            (i, slice(0, e.shape[0]), e) for i, e in enumerate(kept) if e is not None]
-        parts += self._encode_steps(m, p, rows, common, own, todo)
-        # positions no step reads stay zero (a program has at least one device)
-        cache = parts[0][2].new_zeros((g, len(p.training) * bs, parts[0][2].shape[-1]))
-        for at_rows, positions, e in parts:
-            cache[at_rows, positions] = e
-        self.frozen_cache.store(m, [p.reqs[i].device for i in todo],
-                                [own_rows[i] for i in todo], [p.reqs[i].indices for i in todo],
-                                [holds[i] for i in todo], bs,
-                                [cache[i, :p.own_steps[i] * bs] for i in todo])
-        return cache
-
-    def _encode_steps(self, m: str, p: _Program, rows: Tensor, common: Params, own: Params,
-                      todo: list[int]) -> list[tuple[slice | Tensor, slice, Tensor]]:
-        """(devices, positions, embeddings) of the devices `todo` under sensor m's frozen
-        encoder, in calls of the steps' own shapes."""
-        call, encoders = self.base.call, self.model.encoders
-        assert isinstance(encoders, torch.nn.ModuleDict)   # `takes_embeddings` promises them
-        bs = self.base.training.batch_size
-
-        def encode(per: Params, x: Tensor) -> Tensor:
-            return call.run({**common, **per}, encoders[m], x)
-        pick = torch.tensor(todo, dtype=torch.long, device=self.base.accelerator)
-        parts: list[tuple[slice | Tensor, slice, Tensor]] = []
-        with torch.no_grad():
-            for s, k in enumerate(p.training):
-                # the devices to compute that have a minibatch at step s (the first k
-                # devices have one); all of them: views of the stacks, not copies
-                left = bisect.bisect_left(todo, k)
-                if not left:
-                    break   # fewer devices at each later step
-                at: slice | Tensor = slice(None, k) if left == k else pick[:left]
-                x = self.data.inputs(rows[at, s], p.helds[todo[:left]], p.held_t[at], [m])[0][m]
-                e = vmap(encode)({n: t[at] for n, t in own.items()}, x)   # [left, B, E]
-                parts.append((at, slice(s * bs, (s + 1) * bs), e))
-        return parts
 
     @phase("lockstep.rows")
     def _rows(self, reqs: list[Request], sources: list[dict[str, np.ndarray]],

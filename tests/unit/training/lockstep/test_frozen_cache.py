@@ -12,23 +12,23 @@ from helpers import mcft_run
 
 
 def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -> None:
-    """`LockstepTrainer._frozen_embeddings`: the earlier modalities' encoders (frozen in an MCFT
+    """`FrozenEncoders.embeddings`: the earlier modalities' encoders (frozen in an MCFT
     stage) run once a round over every sample instead of at every step of every epoch; each
     sample's embedding, hence every number of the run, is the same to the bit. Time-series
     sensors, so the frozen encoders are convolutions (one of them gathered interleaved)."""
-    from raymm.training.lockstep.trainer import LockstepTrainer
+    from raymm.training.lockstep.frozen_cache import FrozenEncoders
 
     series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
     found: list[list[str]] = []
-    frozen_sensors = LockstepTrainer._frozen_sensors
+    frozen_sensors = FrozenEncoders.sensors
 
     def spy(self, names, helds):  # noqa: ANN001, ANN202
         found.append(frozen_sensors(self, names, helds))
         return found[-1]
-    monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", spy)
+    monkeypatch.setattr(FrozenEncoders, "sensors", spy)
     cached, cached_loss = mcft_run(True, *series)
     assert any(found) and not all(found)   # the first stage has no earlier modality
-    monkeypatch.setattr(LockstepTrainer, "_frozen_sensors", lambda self, names, helds: [])
+    monkeypatch.setattr(FrozenEncoders, "sensors", lambda self, names, helds: [])
     plain, plain_loss = mcft_run(True, *series)
     assert cached_loss == plain_loss
     assert cached.server.params.keys() == plain.server.params.keys()
@@ -42,17 +42,16 @@ def test_a_frozen_branch_encoded_once_a_round_gives_the_same_bits(monkeypatch) -
 
 def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeypatch) -> None:
     """`raymm.training.lockstep.frozen_cache`: a device whose frozen encoder has the weights of an
-    earlier
-    round's pass takes that pass's embeddings, and programs that mix such devices with others
-    compute only the others; every number of the run is the one a fresh pass gives, and the
-    one of other packings (one host per device, whose caches hold one device each; one host
-    of all devices, where the devices to compute are not the first of their steps)."""
-    from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache
-    from raymm.training.lockstep.trainer import LockstepTrainer
+    earlier round's pass takes that pass's embeddings, and programs that mix such devices
+    with others compute only the others; every number of the run is the one a fresh pass
+    gives, and the one of other packings (one host per device, whose caches hold one device
+    each; one host of all devices, where the devices to compute are not the first of their
+    steps)."""
+    from raymm.training.lockstep.frozen_cache import FrozenEmbeddingCache, FrozenEncoders
 
     series = [f"dataset.sensors.{m}.length=32" for m in ("dom", "mid", "weak")]
     programs: list[list[bool]] = []
-    lookup, frozen = FrozenEmbeddingCache.lookup, LockstepTrainer._frozen_embeddings
+    lookup, frozen = FrozenEmbeddingCache.lookup, FrozenEncoders.embeddings
 
     def spy_lookup(self, *a):  # noqa: ANN001, ANN002, ANN202
         found = lookup(self, *a)
@@ -63,7 +62,7 @@ def test_frozen_embeddings_kept_from_an_earlier_round_give_the_same_bits(monkeyp
         programs.append([])
         return frozen(self, *a)
     monkeypatch.setattr(FrozenEmbeddingCache, "lookup", spy_lookup)
-    monkeypatch.setattr(LockstepTrainer, "_frozen_embeddings", spy_frozen)
+    monkeypatch.setattr(FrozenEncoders, "embeddings", spy_frozen)
     kept, kept_loss = mcft_run(True, "rounds=9", *series)
     assert any(all(p) for p in programs if p)           # every device's embeddings kept
     assert any(any(p) and not all(p) for p in programs)  # some kept, some computed
