@@ -54,11 +54,10 @@ from raymm.config.schema import ExecutionSpec, Scenario
 from raymm.data.mapped import for_workers
 from raymm.device.footprint import footprint
 from raymm.errors import RaymmError
-from raymm.models.build import build_model
 from raymm.population.faults import host_kills
 from raymm.protocol.record import RoundRecord
 from raymm.sim.engine import Trained, World, plans_ahead
-from raymm.training.lockstep.fallback import LockstepFallback, why_not_lockstep
+from raymm.training.lockstep.fallback import LockstepFallback
 
 log = logging.getLogger(__name__)
 REVIVE_TIMEOUT_S = 300
@@ -97,17 +96,6 @@ def ensure_ray(execution: ExecutionSpec) -> bool:
                      include_dashboard=False, logging_level=level, log_to_driver=verbose(),
                      _node_ip_address="127.0.0.1")
     return True
-
-
-def warn_if_not_lockstep(world: World) -> None:
-    """Say on the driver, not only in the actors' logs, when lock-step training was asked for
-    but the objective or model cannot do it."""
-    sc = world.scenario
-    if sc.execution.training.lockstep:
-        why = why_not_lockstep(world.host_spec.objective,
-                                 build_model(world.dataset, sc.model, sc.seed))
-        if why:
-            logging.getLogger("raymm.training.lockstep").warning("training sequentially: %s", why)
 
 
 class RayExecutor:
@@ -151,7 +139,6 @@ class RayExecutor:
     def start(self, world: World) -> None:
         """Give every actor the shared objects; each builds its host and warms it up
         (`ready` waits for that)."""
-        warn_if_not_lockstep(world)
         self.prestart(world.scenario)
         n = world.population.n
         if sum(b.shape[0] for b in self.blocks) != n:
