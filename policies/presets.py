@@ -138,6 +138,97 @@ PRESETS["fedasync"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
     "name": "fedasync", "concurrency": 10, "alpha": 0.6, "staleness": "poly"},
     "clock": {"mode": "seconds"}})
 
+# FedMultimodal (Feng et al., KDD'23, arXiv 2306.09486): attention fusion over the sensors'
+# embeddings (absent sensors masked), FedAvg on the whole model, uniform random selection; the
+# FedOpt row swaps in the server's Adam. docs/methods/fedmultimodal.md
+PRESETS["fedmultimodal"] = deep_merge(PRESETS["fedavg"], {"model": {"fusion": "attention"}})
+PRESETS["fedmultimodal_opt"] = deep_merge(PRESETS["fedmultimodal"], {
+    "aggregation": {"name": "fedadam"}})
+# GraMFedDHAR (Halder, Palit, Sen, arXiv 2509.05671): attention-weighted fusion, FedAvg, user-
+# level DP on the aggregation (updates clipped at C = 1, Gaussian noise σ·C on the server's sum,
+# σ = 1), TIDE's scores + participation term as TIDE's reproduction selected, Adam 1e-3.
+# docs/methods/gramfeddhar.md
+PRESETS["gramfeddhar"] = deep_merge(PRESETS["fedmultimodal"], {
+    "selection": {"name": "tide_participation"},
+    "privacy": {"mode": "central", "clip": 1.0, "noise_multiplier": 1.0},
+    "training": {"optimizer": "adam", "lr": 1e-3}})
+
+# BLOSSOM (M R, Chandwani, Abdelmoniem, Paul, IJCNN 2026, arXiv 2603.27552): block-wise
+# aggregation, every block averaged over the devices that trained it (sensor encoders over the
+# devices holding the sensor, fusion and head over all: FedAvg with upload: held). FM shares
+# every block (the released code's default); PH keeps each device's head on the device, PHF
+# its head and fusion layer (model.private), each device evaluated with its own.
+# docs/methods/blossom.md
+PRESETS["blossom"] = {
+    "selection": {"name": "random"},
+    "aggregation": {"name": "fedavg"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "ce"},
+    "training": {"upload": "held"},
+}
+PRESETS["blossom_ph"] = deep_merge(PRESETS["blossom"], {
+    "model": {"private": ["head"]},
+    "population": {"local_test_fraction": 0.2},
+    "eval": {"scope": "devices"}})
+PRESETS["blossom_phf"] = deep_merge(PRESETS["blossom_ph"], {
+    "model": {"private": ["head", "fusion"]}})
+
+# FLISM (Orzikulova, Kwak, Shin, Lee, arXiv 2405.11828, version supcon_wavg_kd): CE +
+# supervised contrastive loss against a sensor-dropped noisy second view + distillation from the
+# unweighted mean of the last uploads; the main model weighted by 1/entropy; uniform random
+# selection; λ_kd = 1, T = 1, lr 1e-3 (its defaults). docs/methods/flism.md
+PRESETS["flism"] = {
+    "selection": {"name": "random"},
+    "aggregation": {"name": "flism"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "flism", "kd_weight": 1.0, "kd_temperature": 1.0},
+    "training": {"upload": "all", "lr": 1e-3},
+}
+
+# RELIEF (Wu, Ding, Huang, IEEE IoT J. 2026, arXiv 2604.04243): the fusion layer's first weight
+# split into one column block per sensor (model.fusion_blocks: sensor), each block averaged over
+# the devices that hold its sensor and the rest over all senders (FedAvg with upload: held);
+# every online device trains, Adam 1e-3, as TIDE's reproduction ran it. The paper's elastic
+# per-device budgets are not implemented (docs/methods/relief.md says why)
+PRESETS["relief"] = {
+    "selection": {"name": "all_online"},
+    "aggregation": {"name": "fedavg"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "ce"},
+    "model": {"fusion_blocks": "sensor"},
+    "training": {"upload": "held", "optimizer": "adam", "lr": 1e-3},
+}
+
+# BMSFed (Fan, Xu, Wang, Huo, Chen, Guo, ECCV 2024, arXiv 2401.00403): modal-enhancement loss
+# on global per-sensor class prototypes (α = 2), each sensor's encoder averaged over the devices
+# that trained it (upload: held), balanced submodular selection over the devices' last updates
+# (τ = 1.5, candidate share 0.1) telling some multimodal devices to train the weak modality
+# alone. docs/methods/bmsfed.md
+PRESETS["bmsfed"] = {
+    "selection": {"name": "bmsfed", "tau": 1.5, "subsample": 0.1},
+    "aggregation": {"name": "bmsfed"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "bmsfed", "alpha": 2.0},
+    "training": {"upload": "held"},
+}
+
+# M3Fed (Li, Qi, Zhang, Xu, "Cross-Modal Meta Consensus for Heterogeneous Federated Learning",
+# ACM MM 2024, DOI 10.1145/3664647.3681510): Hessian-free Per-FedAvg meta steps (α = 1e-3,
+# β = 1e-4, the released code's) with 0.6·MSE to the consensus projection G (model.consensus:
+# one E×E map on every sensor's embedding); the server averages, clusters the updates by
+# angular affinity (spectral, 4 clusters, one model per cluster) and merges G with
+# inverse-distance weights; uniform random selection. docs/methods/m3fed.md
+PRESETS["m3fed"] = {
+    "selection": {"name": "random"},
+    "aggregation": {"name": "m3fed", "clusters": 4},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "m3fed", "alpha": 1e-3, "beta": 1e-4, "lambda_g": 0.6},
+    "model": {"consensus": True},
+    "training": {"upload": "all", "exchange": "delta", "sync_every": 1},
+}
+
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
 METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
-                "fedproto", "fedadam", "fedyogi", "fedadagrad"])
+                "fedproto", "fedadam", "fedyogi", "fedadagrad", "fedmultimodal",
+                "fedmultimodal_opt", "gramfeddhar", "blossom", "blossom_ph", "blossom_phf",
+                "flism", "relief", "bmsfed", "m3fed"])

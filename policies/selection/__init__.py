@@ -1,3 +1,3 @@
 """Selection policies (who trains)."""
 
-from policies.selection import basic, fair, fraction, tide  # noqa: F401
+from policies.selection import basic, bmsfed, fair, fraction, tide  # noqa: F401

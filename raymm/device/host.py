@@ -20,7 +20,7 @@ from raymm.config.schema import EngineSpec, FaultSpec, ModelSpec, PrivacySpec, T
 from raymm.data.base import Dataset
 from raymm.device.evaluation import ExtraPredictor, evaluate_device, unimodal_correct
 from raymm.models import LOCAL
-from raymm.models.layout import BUFFERS
+from raymm.models.layout import BUFFERS, PRIVATE
 from raymm.models.masked import evaluating
 from raymm.phases import phase
 from raymm.population.devices import Population
@@ -80,6 +80,12 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
                                            (step,) + first.strides)
 
 
+def own_private(state: DeviceState, initial: np.ndarray) -> np.ndarray:
+    """A device's private blocks: its own once it trained them, else the initial ones (every
+    process builds them identically from the seed)."""
+    return initial if state.private is None else state.private
+
+
 class DeviceHost:
     def __init__(self, device_ids: np.ndarray, population: Population, dataset: Dataset,
                  spec: HostSpec, accelerator: str = "cpu") -> None:
@@ -113,7 +119,23 @@ class DeviceHost:
                 self._groups.clear()
             hit = self._groups[key] = device_groups(held, self.pop.sensors, plan.active_groups,
                                                     self.spec.training.upload)
+            if hit and self.trainer.initial_private is not None:
+                hit.append(PRIVATE)   # a device that trains anything trains its own blocks
         return list(hit)
+
+    def start_vectors(self, plan: RoundPlan, broadcast: Broadcast, dev: int,
+                      groups: list[str], state: DeviceState
+                      ) -> tuple[dict[str, np.ndarray], DeviceState]:
+        """`exchange.start_vectors` of device `dev` (trained `groups`), plus its private
+        blocks (`model.private`: its own once it trained them, else the initial ones), which
+        are no part of any exchange."""
+        tr = self.trainer
+        start, state = exchange.start_vectors(self.spec.training.exchange, plan, broadcast, dev,
+                                              [g for g in groups if g != PRIVATE], state,
+                                              tr.initial)
+        if tr.initial_private is not None:
+            start = {**start, PRIVATE: own_private(state, tr.initial_private)}
+        return start, state
 
     def report_online(self, t: int) -> OnlineReport:
         on = self.ids[self.pop.online(t, self.ids)]
@@ -168,16 +190,21 @@ class DeviceHost:
         its training (`trained`: done in lock-step), the objective's state merged in and the
         exchange's finish. Returns (start, state, sent, outcome); raises what the device
         raised."""
-        held = self.pop.sensor_mask[dev]
+        held = plan.sensors_of(dev, self.pop.sensor_mask[dev])  # what it trains with
         groups = self.groups_of(held, plan)
         mode = self.spec.training.exchange
         if plan.report:
-            reports[dev] = self._modality_report(dev, held, plan, broadcast)
-        start, state = known if known is not None else exchange.start_vectors(
-            mode, plan, broadcast, dev, groups, self.state_of(dev), self.trainer.initial)
+            reports[dev] = self._modality_report(dev, self.pop.sensor_mask[dev], plan,
+                                                 broadcast)
+        start, state = known if known is not None else self.start_vectors(
+            plan, broadcast, dev, groups, self.state_of(dev))
         out = trained if trained is not None else self.trainer.train(
             dev, plan.round, self.pop.indices(dev), held, groups, broadcast,
             state.adapter, start, dict(state.objective), plan.upload, state.buffers)
+        if PRIVATE in out.updates:  # the device keeps its trained blocks; they never travel
+            updates = dict(out.updates)
+            state = replace(state, private=np.array(updates.pop(PRIVATE), np.float32))
+            out = replace(out, updates=updates)
         # the objective's state merges key by key (a hook may update some keys only)
         if out.state:
             state = replace(state, objective={**state.objective, **out.state})
@@ -230,6 +257,8 @@ class DeviceHost:
                                         tr.initial)
         if tr.initial_buffers is not None:
             vectors[BUFFERS] = tr.initial_buffers if state.buffers is None else state.buffers
+        if tr.initial_private is not None:
+            vectors[PRIVATE] = own_private(state, tr.initial_private)
         return vectors
 
     def selected(self, plan: RoundPlan) -> np.ndarray:

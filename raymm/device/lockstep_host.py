@@ -15,7 +15,6 @@ from raymm.device.host import DeviceHost, HostSpec
 from raymm.phases import phase
 from raymm.population.devices import Population
 from raymm.population.faults import device_crashes
-from raymm.protocol import exchange
 from raymm.protocol.device_state import EMPTY, DeviceState
 from raymm.protocol.messages import Broadcast, HostResult, RoundPlan
 from raymm.protocol.seams import Objective
@@ -71,29 +70,30 @@ class LockstepHost(DeviceHost):
         crash = device_crashes(self.spec.faults, self.spec.fault_seed, plan.round, mine)
         if self._plain(plan, broadcast) and not crash.any():
             return self._train_plain(plan, broadcast, mine, lockstep)
-        training = self.spec.training
         requests = []
         starts: dict[int, tuple[dict[str, np.ndarray], DeviceState]] = {}
         for dev, crashed in zip(mine.tolist(), crash):
             if crashed:
                 continue
-            groups = self.groups_of(self.pop.sensor_mask[dev], plan)
+            held = plan.sensors_of(dev, self.pop.sensor_mask[dev])
+            groups = self.groups_of(held, plan)
             try:
-                start, state = exchange.start_vectors(training.exchange, plan, broadcast, dev,
-                                                      groups, self.state_of(dev),
-                                                      self.trainer.initial)
+                start, state = self.start_vectors(plan, broadcast, dev, groups,
+                                                  self.state_of(dev))
             except Exception:  # noqa: BLE001 - the sequential path records the failure
                 continue
             starts[dev] = (start, state)  # `DeviceHost._train` reuses them
-            requests.append(self._request(dev, groups, start, state))
+            requests.append(self._request(dev, groups, start, state, held))
         runs = lockstep.run(requests, plan.round, broadcast, plan.upload, plan.active_groups)
         return self._device_by_device(plan, broadcast, requests, runs, starts, lockstep)
 
     def _request(self, dev: int, groups: list[str], start: dict[str, np.ndarray] | None = None,
-                 state: DeviceState = EMPTY) -> Request:
-        """Device `dev`'s lock-step work: its training rows and sensors, the groups it trains,
-        its start vectors (None: the broadcast) and what it keeps."""
-        return Request(dev, self.pop.indices(dev), self.pop.sensor_mask[dev], tuple(groups),
+                 state: DeviceState = EMPTY, held: np.ndarray | None = None) -> Request:
+        """Device `dev`'s lock-step work: its training rows and sensors (`held`: the ones it
+        trains with this round, default all it holds), the groups it trains, its start vectors
+        (None: the broadcast) and what it keeps."""
+        held = self.pop.sensor_mask[dev] if held is None else held
+        return Request(dev, self.pop.indices(dev), held, tuple(groups),
                        state.adapter, start, dict(state.objective) if state.objective else None)
 
     def _device_by_device(self, plan: RoundPlan, broadcast: Broadcast,
@@ -108,12 +108,14 @@ class LockstepHost(DeviceHost):
         """Whether every selected device just loads the broadcast, trains and uploads what it
         trained, keeping nothing and reporting nothing else: `training.exchange: params`
         without cluster models, no device state, no unimodal report, and an objective without
-        an adapter or per-device hooks after training (`device_extras`, `device_finish`), and no
-        privacy (each device clips and noises its own update in `DeviceHost._train`)."""
+        an adapter, private blocks (`model.private`) or per-device hooks after training
+        (`device_extras`, `device_finish`), and no privacy (each device clips and noises its
+        own update in `DeviceHost._train`)."""
         objective = self.spec.objective
         return (self.spec.training.exchange == "params" and broadcast.clusters is None
                 and not self.spec.privacy.on and plan.upload and not plan.report and not self.states
                 and self.lockstep is not None and not self.lockstep.use_adapter
+                and self.trainer.initial_private is None
                 and not objective.overrides(Objective.device_extras)
                 and not objective.overrides(Objective.device_finish))
 
@@ -123,8 +125,9 @@ class LockstepHost(DeviceHost):
         where buckets interleave ids), as `DeviceHost._train` would stack them, without a
         `DeviceOutcome` per device. If a device did not train in lock-step (a bucket raised,
         or it has no samples), the round goes device by device after all."""
-        masks = self.pop.sensor_mask
-        requests = [self._request(dev, self.groups_of(masks[dev], plan)) for dev in mine.tolist()]
+        masks = plan.training_masks(self.pop.sensor_mask[mine])
+        requests = [self._request(dev, self.groups_of(masks[i], plan), held=masks[i])
+                    for i, dev in enumerate(mine.tolist())]
         runs = lockstep.run(requests, plan.round, broadcast, active=plan.active_groups)
         if sum(len(run.reqs) for run in runs) < len(requests):
             return self._device_by_device(plan, broadcast, requests, runs, {}, lockstep)

@@ -49,6 +49,22 @@ class RoundPlan:
     #: before training on their own training samples with the server's vectors
     #: (`MODALITY_CORRECT`); empty for most rounds and methods
     report: tuple[str, ...] = ()
+    #: bool [n_selected, M] aligned with `selected`: the sensors each device trains with this
+    #: round (the selector's `train_sensors`, already within what it holds); None: every
+    #: sensor it holds
+    train_sensors: np.ndarray | None = None
+
+    def sensors_of(self, device: int, held: np.ndarray) -> np.ndarray:
+        """Selected `device`'s sensor mask for training this round, given the mask it holds."""
+        if self.train_sensors is None:
+            return held
+        row: npt.NDArray[np.bool_] = self.train_sensors[int(np.searchsorted(self.selected,
+                                                                            device))]
+        return held & row
+
+    def training_masks(self, held: np.ndarray) -> np.ndarray:
+        """`sensors_of` for every selected device at once: `held` is [n_selected, M]."""
+        return held if self.train_sensors is None else held & self.train_sensors
 
     def downloads(self, device: int) -> bool:
         """Whether selected `device` receives the server's vectors this round."""
@@ -117,7 +133,9 @@ def plan_from_state(state: dict[str, Any]) -> tuple[RoundPlan, Broadcast]:
                      tuple(p["active_groups"]),
                      bool(download) if isinstance(download, (bool, np.bool_))
                      else np.asarray(download, bool),
-                     bool(p["upload"]), tuple(p["report"]))
+                     bool(p["upload"]), tuple(p["report"]),
+                     None if p.get("train_sensors") is None
+                     else np.asarray(p["train_sensors"], bool))
     c = b["clusters"]
     clusters = None if c is None else ClusterModels(
         {g: np.asarray(v, np.float32) for g, v in c["params"].items()},

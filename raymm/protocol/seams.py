@@ -16,7 +16,7 @@ policy). docs/adding-a-policy.md lists every hook.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +40,9 @@ class SelectionContext:
     k: int
     obs: Observations
     rng: np.random.Generator  # stream (seed, round, server, "selection")
+    #: what the aggregator publishes for selection (`Aggregator.selection_view`), read-only:
+    #: per-device statistics only the aggregator sees (e.g. BMSFed's update distances)
+    published: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,10 +161,22 @@ class Selector(ServerPolicy, ABC):
     `load_state_dict`) and `Policy`'s (`check_scenario`, `bind`), each with a default.
     """
 
+    #: `select` returns every eligible device, however many (`all_online`): `ctx.k` does not
+    #: bound it, the server checks the ids against the eligible ones only
+    every_eligible: ClassVar[bool] = False
+
     @abstractmethod
     def select(self, ctx: SelectionContext) -> np.ndarray:
         """At most `ctx.k` sorted ids from `ctx.eligible` (the server checks this); randomness
         only from `ctx.rng`."""
+
+    def train_sensors(self, selected: np.ndarray) -> np.ndarray | None:
+        """bool [len(selected), M]: the sensors each device `select` just returned (sorted, as
+        returned) trains with this round, among those it holds (a per-device instruction: it
+        trains, sends and downloads only those sensors' groups, and sees the others as absent).
+        Asked right after `select`, in the same round. Default: None, every device trains with
+        every sensor it holds."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,12 @@ class Aggregator(ServerPolicy, ABC):
     def extras(self, round: int) -> dict[str, np.ndarray]:
         """Extra payload broadcast with the model this round (e.g. prototypes, control
         variates), counted as downlink. Called when the round is planned. Default: none."""
+        return {}
+
+    def selection_view(self) -> dict[str, np.ndarray]:
+        """Per-device statistics this aggregator publishes to the selector (e.g. distances
+        between the devices' last updates), handed to `select` as `SelectionContext.published`
+        (read-only). Called when the round is planned, before selection. Default: none."""
         return {}
 
     def cluster_models(self) -> ClusterModels | None:
@@ -290,6 +311,10 @@ class Schedule(ServerPolicy, ABC):
         return {}
 
 
+#: (parameters replacing the current ones, inputs per sensor, presence mask [B, M]) -> output
+ForwardFn = Callable[[Mapping[str, Tensor], dict[str, Tensor], Tensor], ModelOutput]
+
+
 @dataclass(frozen=True)
 class LossInputs:
     """Everything a local objective may look at for one minibatch of one device."""
@@ -311,6 +336,14 @@ class LossInputs:
     #: the trainer adds the objective's proximal term (`Objective.proximal`) and its gradient
     #: itself: `loss` leaves it out
     proximal_outside: bool = False
+    #: the minibatch's inputs per sensor as the forward pass of `out` saw them (after
+    #: `Objective.augment`)
+    x: dict[str, Tensor] = field(default_factory=dict)
+    #: `forward(params, x, present)`: the module run again on other inputs or with other
+    #: parameters (name -> tensor) in place of the ones `out` was made with (the others as
+    #: there), e.g. a teacher whose vectors arrive as extras; gradients flow unless the caller
+    #: stops them. None where a trainer offers none
+    forward: ForwardFn | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +371,11 @@ class DeviceFinish:
     #: exchange: what the hook returns as sent is dropped, so changes must be kept and sent
     #: summed at the next upload)
     upload: bool = True
+
+
+#: (parameters by name, one minibatch) -> (its loss, the gradient per parameter; None where
+#: the loss did not use it): a device's gradient function, as `Objective.local_steps` gets it
+GradientFn = Callable[[dict[str, Tensor], Any], tuple[Tensor, Mapping[str, Tensor | None]]]
 
 
 class Objective(Policy, ABC):
@@ -380,12 +418,28 @@ class Objective(Policy, ABC):
         step, where autograd takes several per parameter. Default: (0.0, ()), no such term."""
         return 0.0, ()
 
+    def local_steps(self, params: dict[str, Tensor], batches: Iterator[Any],
+                    grads_of: GradientFn) -> tuple[dict[str, Tensor], list[Tensor]]:
+        """An update rule of the objective's own in place of "step the configured optimizer on
+        `loss` once per minibatch" (M3Fed's Per-FedAvg meta step takes three minibatches a
+        step): from the trained parameters, the device's minibatches
+        (`raymm.training.local_update.Batch`, every epoch in order) and the gradient function
+        of `loss`, return (the trained parameters as new tensors, one loss per step). Called
+        once per device on the sequential path, only when the class writes it (such an
+        objective cannot train in lock-step: `raymm.training.lockstep.fallback`); the
+        optimizer keys of `training` are then unused and `DeviceFinish.grad_mean` stays
+        empty. Default: not written (the optimizer steps every minibatch)."""
+        raise NotImplementedError(f"{type(self).__name__} has no update rule of its own")
+
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
                 sensors: tuple[str, ...], gen: torch.Generator
                 ) -> tuple[dict[str, Tensor], Tensor]:
         """Each minibatch's inputs and presence mask before the forward pass; random draws
-        only from `gen`, the device's batch stream. Default: unchanged, drawing nothing
-        (a default `augment` lets the lock-step path draw every epoch's order at once)."""
+        only from `gen`, the device's batch stream. It may append rows (a second view of
+        every sample, as FLISM's contrastive loss needs): `out`, `x` and `present` then hold
+        them too, `y` only the minibatch's (a loss that reads rows this way is not
+        `vectorisable`). Default: unchanged, drawing nothing (a default `augment` lets the
+        lock-step path draw every epoch's order at once)."""
         return xb, present
 
     def sensors_read(self, groups: tuple[str, ...], held: tuple[str, ...],

@@ -133,11 +133,13 @@ class Server:
         if drawn is None:
             rng = seeding.rng(self.sc.seed, t, seeding.SERVER, "selection") \
                 if self.privacy is None else self.privacy.selection_rng(t)
-            ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng)
+            ctx = SelectionContext(t, online, eligible, self._k_select(), self.obs, rng,
+                                   self._published())
             selected = np.sort(np.asarray(self.policies.selector.select(ctx), dtype=np.int64))
             self._check_selection(selected, eligible)
+            train_sensors = self._train_sensors(selected)
         else:  # a Poisson cohort: any size, every member eligible by construction
-            selected = drawn
+            selected, train_sensors = drawn, None
         self.obs.observe_selected(t, selected)
         active = sched.active_groups(t, self.layout.groups)
         for g in active:  # a group trained again: every frozen copy sent of it is now stale
@@ -146,10 +148,36 @@ class Server:
         if self.privacy is not None:
             self.privacy.planned(t, eligible, selected, upload)
         plan = RoundPlan(t, selected, active, self._downloads(t, selected, first), upload,
-                         tuple(sched.report_sensors(t)))
+                         tuple(sched.report_sensors(t)), train_sensors)
         self._last_counts = (len(online), len(eligible))
         self._planned = (plan, self._broadcast(t, self._extras(t)))
         return self._planned
+
+    def _published(self) -> dict[str, np.ndarray]:
+        """The aggregator's per-device statistics for selection (`selection_view`), as
+        read-only views: the selector may read them, never change the aggregator's state."""
+        out = {}
+        for name, value in self.policies.aggregator.selection_view().items():
+            view = np.asarray(value).view()
+            view.flags.writeable = False
+            out[name] = view
+        return out
+
+    def _train_sensors(self, selected: np.ndarray) -> np.ndarray | None:
+        """The selector's per-device sensors for this round (`train_sensors`), within what each
+        device holds; every device must keep at least one."""
+        asked = self.policies.selector.train_sensors(selected)
+        if asked is None:
+            return None
+        asked = np.asarray(asked, bool)
+        if asked.shape != (selected.shape[0], len(self.sensors)):
+            raise RuntimeError("selection policy's train_sensors is not a bool array "
+                               "[selected, sensors]")
+        mask = asked & self.obs.sensor_mask[selected]
+        if not mask.any(axis=1).all():
+            raise RuntimeError("selection policy's train_sensors leaves a selected device "
+                               "no sensor it holds")
+        return mask
 
     def _extras(self, t: int) -> dict[str, np.ndarray]:
         """What travels with the model this round: the aggregator's extras (e.g. prototypes)
@@ -269,15 +297,25 @@ class Server:
     def _downlink(self, plan: RoundPlan) -> np.ndarray:
         """Bytes sent to each selected device: its groups and the round's extras when it
         downloads, plus a one-time copy of every frozen group it needs (see `_frozen_bytes`)."""
-        down = downlink_bytes(self.obs.sensor_mask[plan.selected], self.sensors,
+        down = downlink_bytes(plan.training_masks(self.obs.sensor_mask[plan.selected]),
+                              self.sensors,
                               plan.active_groups, self.sc.training.upload, self.layout.sizes,
-                              4 * self.sc.model.embed_dim)
+                              FLOAT_BYTES * self._missing_sensor_floats())
         if self.sc.training.exchange == "personal":  # parameters never travel, extras do
             down = np.zeros_like(down)
         down = down + sum(int(v.nbytes) for v in self._extras(plan.round).values())
         # periodic sync between a device's downloads, or Local: nothing is sent
         down = np.where(plan.download_mask(), down, 0)
         return down + self._frozen_bytes(plan)
+
+    def _missing_sensor_floats(self) -> int:
+        """What a pod-wise device needs of a sensor it lacks to run the fusion layer: the
+        embedding of a zero input (E floats), or with the first weight split per sensor
+        (`model.fusion_blocks: sensor`, whose block W^(m) it does not receive) the product
+        W^(m) e_m(0) (fusion_dim floats)."""
+        model = self.sc.model
+        return model.fusion_dim if model.fusion_blocks == "sensor" and \
+            model.fusion == "concat" else model.embed_dim
 
     def _frozen_bytes(self, plan: RoundPlan) -> np.ndarray:
         """A chain's earlier modalities are frozen and final once their phase ended: a device
@@ -312,7 +350,9 @@ class Server:
             known = eligible[pos] == selected
         else:  # a schedule that named devices out of order
             known = np.isin(selected, eligible)
-        if selected.shape[0] > self._k_select() or not known.all() \
+        bound = eligible.shape[0] if self.policies.selector.every_eligible else \
+            self._k_select()
+        if selected.shape[0] > bound or not known.all() \
                 or np.any(selected[1:] == selected[:-1]):
             raise RuntimeError("selection policy returned devices that are not eligible, "
                                "repeated, or more than k")

@@ -61,6 +61,14 @@ NEEDS: dict[tuple[str, str], dict[str, Any]] = {
     # asynchronous aggregation: its preset's seconds clock; the global model evaluated only
     ("aggregation", "fedbuff"): {"method": "fedbuff", "eval.scope": "pooled"},
     ("aggregation", "fedasync"): {"method": "fedasync", "eval.scope": "pooled"},
+    # BMSFed: its preset's selection reads the aggregator's published update distances
+    ("aggregation", "bmsfed"): {"method": "bmsfed"},
+    ("aggregation", "bmsfed_delta"): {"method": "bmsfed"},
+    ("objective", "bmsfed"): {"method": "bmsfed"},
+    # FLISM: the entropy-weighted server with its loss (the teacher down, the entropy up)
+    ("aggregation", "flism"): {"method": "flism"},
+    ("aggregation", "flism_delta"): {"method": "flism"},
+    ("objective", "flism"): {"method": "flism"},
     # the worked example of a broadcast extra: µ from the aggregator, read by the objective
     ("aggregation", "adaptive_prox"): {"objective": {"name": "adaptive_prox"}},
     ("objective", "adaptive_prox"): {"aggregation": {"name": "adaptive_prox"}},
@@ -68,6 +76,22 @@ NEEDS: dict[tuple[str, str], dict[str, Any]] = {
 
 #: (section, name) -> why it cannot be paired with a minimal scenario (none at present)
 EXCUSED: dict[tuple[str, str], str] = {}
+
+#: methods that are a preset over registered policies and model options, run here as a whole
+#: (their policies are covered above; what they add is not): preset -> what it needs besides
+PRESET_ONLY_METHODS: dict[str, dict[str, Any]] = {
+    # BLOSSOM: block-wise means (upload: held); PH/PHF keep the head (and fusion) on each
+    # device (model.private), so only the devices are evaluated
+    "blossom": {},
+    "blossom_ph": {"eval.scope": "devices"},
+    "blossom_phf": {"eval.scope": "devices"},
+    # FedMultimodal: attention fusion (model.fusion: attention) under FedAvg / the server's Adam
+    "fedmultimodal": {},
+    "fedmultimodal_opt": {},
+    # GraMFedDHAR: attention fusion + central DP on the aggregation + TIDE's participation
+    # selection
+    "gramfeddhar": {},
+}
 
 
 def raw_scenario(section: str, name: str) -> dict[str, Any]:
@@ -105,6 +129,15 @@ def plan() -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str]]:
                 continue
             key = json.dumps(sc.to_dict(), sort_keys=True)
             by_key.setdefault(key, ([], raw))[0].append(f"{section}={name}")
+    for method, needs in PRESET_ONLY_METHODS.items():
+        raw = tiny_scenario(**{**BASE, "method": method, **needs})
+        try:
+            sc = load_scenario(raw)
+        except ScenarioError as exc:
+            invalid[("method", method)] = str(exc)
+            continue
+        key = json.dumps(sc.to_dict(), sort_keys=True)
+        by_key.setdefault(key, ([], raw))[0].append(f"method={method}")
     return {"+".join(covers): raw for covers, raw in by_key.values()}, invalid
 
 
@@ -178,3 +211,36 @@ def test_ray_equals_serial(sid: str, reference: Callable[[str], RunResult], tmp_
     res = run(load_scenario(raw), out=tmp_path)
     assert res.summary["executor"] == "ray"
     assert_same_run(reference(sid), res)
+
+
+def _private_blocks(run_dir: Path) -> dict[int, np.ndarray]:
+    """Each device's private blocks as the run saved them (`device_models.safetensors`)."""
+    from raymm.io import statefile
+    from raymm.models import saved
+
+    tree, _ = statefile.read(run_dir / saved.DEVICES, saved.DEVICES_KIND)
+    return {int(d): np.asarray(own[saved.PRIVATE_KEY]) for d, own in tree["devices"].items()
+            if saved.PRIVATE_KEY in own}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [m for m in PRESET_ONLY_METHODS
+                                    if PRESETS[m].get("model", {}).get("private")])
+def test_private_blocks_survive_a_resume(method: str, reference: Callable[[str], RunResult],
+                                         tmp_path: Path) -> None:
+    """The blocks each device keeps (`model.private`) are checkpointed: resumed from round 3,
+    every device ends with the same ones, and `raymm.load_model(run, device=d)` is the model
+    with device d's own."""
+    import raymm
+    from raymm.models.layout import PRIVATE, GroupLayout
+
+    sid = next(s for s in SCENARIOS if f"method={method}" in s.split("+"))
+    ref = reference(sid)
+    kept, again = _private_blocks(ref.run_dir), _private_blocks(
+        resume_from_round_3(tmp_path, ref).run_dir)
+    assert kept and kept.keys() == again.keys()
+    for d in kept:
+        assert np.array_equal(kept[d], again[d]), d
+    d = min(kept)
+    net = raymm.load_model(ref.run_dir, device=d)
+    assert np.array_equal(GroupLayout(net).flatten(net, [PRIVATE])[PRIVATE], kept[d])
