@@ -27,6 +27,8 @@ class RandomSelection(Selector):
 class AllOnline(Selector):
     """Every eligible online device trains (k is ignored)."""
 
+    every_eligible = True
+
     def __init__(self, params: object) -> None:
         self.params = params
 

@@ -210,10 +210,21 @@ class ModelSpec(Strict):
     #: hidden width of MLP encoders
     hidden: int = Field(default=64, ge=1)
     #: concat = fusion layer + task head (group `shared`); sum_logits = late fusion by
-    #: summing per-sensor heads
-    fusion: Literal["concat", "sum_logits"] = "concat"
+    #: summing per-sensor heads; attention = multi-head attention over the sensors'
+    #: embeddings, absent sensors masked, then a layer to z + task head (group `shared`;
+    #: every sensor's embedding of one size: FedMultimodal, docs/methods/fedmultimodal.md)
+    fusion: Literal["concat", "sum_logits", "attention"] = "concat"
     #: size of the fused representation z
     fusion_dim: int = Field(default=64, ge=1)
+    #: none = the fusion layer's first weight travels whole in `shared`; sensor = its column
+    #: block W^(m) (the columns that multiply sensor m's embedding) travels in `sensor:<m>`,
+    #: the bias stays in `shared` (RELIEF's per-sensor blocks, docs/methods/relief.md; same
+    #: outputs and initial weights). Only concat fusion has that layer: elsewhere no effect
+    fusion_blocks: Literal["none", "sensor"] = "none"
+    #: attention fusion's heads (FedMultimodal's d_head)
+    attention_heads: int = Field(default=6, ge=1)
+    #: width of attention fusion's scoring layer tanh(W1 e + b1)
+    attention_hidden: int = Field(default=512, ge=1)
     #: give each sensor its own classification head (in its group)
     aux_heads: bool = False
     #: a device-local residual adapter on z that never leaves the device
@@ -221,6 +232,22 @@ class ModelSpec(Strict):
     #: the adapter's bottleneck width as a share of fusion_dim (at least 1 unit): 0.5, what
     #: the committed TIDE tables ran with; TIDE's design asks for at most 0.25
     adapter_bottleneck: float = Field(default=0.5, gt=0, le=1)
+    #: blocks every device keeps as its own and never exchanges (BLOSSOM's private head
+    #: and fusion, docs/methods/blossom.md): head = the task head (with fusion: sum_logits,
+    #: every sensor's head), fusion = the fusion layer (none under sum_logits). They form the
+    #: group `private`, trained with the device's other groups, kept in its state and
+    #: checkpoints, used for its training and its evaluation (eval.scope: devices: there is
+    #: no global head), never downloaded or uploaded; a device starts from the initial values
+    private: list[Literal["head", "fusion"]] = Field(default_factory=list)
+    #: M3Fed's consensus projection G: one square linear map (no bias, starting as the
+    #: identity) applied to every sensor's embedding before fusion or the sensors' heads, the
+    #: last E×E numbers of `shared` (docs/methods/m3fed.md); every embedding must have the
+    #: same width (no identity encoders)
+    consensus: bool = False
+
+
+#: the model keys only attention fusion reads (left out of `Scenario.to_dict` otherwise)
+ATTENTION_KEYS = ("attention_heads", "attention_hidden")
 
 
 class TrainingSpec(Strict):
@@ -544,6 +571,17 @@ class Scenario(Strict):
         pop = out["population"]
         if pop.get("trace") is None and pop.get("slot_seconds") == 60.0:
             del pop["trace"], pop["slot_seconds"]
+        model, unset = out["model"], ModelSpec()
+        if model["fusion"] != "attention" and all(   # and attention fusion's, unused
+                model[k] == getattr(unset, k) for k in ATTENTION_KEYS):
+            for k in ATTENTION_KEYS:
+                del model[k]
+        if not model["private"]:  # unchanged files when no block is kept on the devices
+            del model["private"]
+        if model["fusion_blocks"] == "none":   # the same for the fusion layer's blocks
+            del model["fusion_blocks"]
+        if not model["consensus"]:   # the same without M3Fed's consensus projection
+            del model["consensus"]
         return out
 
 
