@@ -19,8 +19,9 @@ the twin of its aggregator that applies the weighted mean delta (`PERIODIC_TWIN`
 train locally between syncs and the server merges at syncs, as periodic averaging ("local SGD")
 does. With `sync_every: 1` that is the method as it is. FedProto (`exchange: personal`) sends
 its prototypes on the same windows. Local never communicates, so the sync period means nothing
-to it. A method without a global model (Local, FedProto) is evaluated on every device's own
-test part: a pooled evaluation (`eval.scope: pooled|both`) becomes `devices`.
+to it. A method without a global model (Local, FedProto, one whose devices keep private blocks:
+`model.private`, BLOSSOM's PH/PHF) is evaluated on every device's own test part: a pooled
+evaluation (`eval.scope: pooled|both`) becomes `devices`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ SECTION_KEYS = {s: set(type(Scenario.model_fields[s].default).model_fields) - {"
 #: aggregators of parameters -> the aggregator of deltas that does the same at a sync
 PERIODIC_TWIN = {"fedavg": "delta_mean", "scaffold": "scaffold_delta",
                  "fedadam": "fedadam_delta", "fedyogi": "fedyogi_delta",
-                 "fedadagrad": "fedadagrad_delta", "harmony": "harmony_delta"}
+                 "fedadagrad": "fedadagrad_delta", "harmony": "harmony_delta",
+                 "flism": "flism_delta", "bmsfed": "bmsfed_delta"}
 
 #: protocol keys a scenario may take from its method's preset: kept for every method
 PROTOCOL = {"training": ("optimizer", "lr", "momentum", "weight_decay", "local_epochs",
@@ -114,7 +116,10 @@ def method_variant(raw: Mapping[str, Any], method: str,
         # the twin takes the preset's parameters of its aggregator (e.g. a server η)
         out["aggregation"] = {**(target.get("aggregation") or {}), "name": PERIODIC_TWIN[agg]}
     ev = out.get("eval")
-    if exchange in NO_GLOBAL_MODEL and isinstance(ev, dict) \
+    model = out.get("model")
+    private = (target.get("model") or {}).get("private") or \
+        (isinstance(model, dict) and model.get("private"))   # blocks kept on the devices
+    if (exchange in NO_GLOBAL_MODEL or private) and isinstance(ev, dict) \
             and ev.get("scope") in ("pooled", "both"):
         ev["scope"] = "devices"
     return out

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from raymm.config.schema import TrainingSpec
+from raymm.models.network import ModelOutput
 from raymm.phases import phase
 from raymm.protocol.seams import LossInputs, Objective
 
@@ -227,15 +228,23 @@ class LocalUpdate:
         `embeddings`: sensors whose encoder ran already (`SensorEncoders`); the unread
         sensors' embeddings are zeros."""
         if self.unread:
-            rows = batch.y.shape[0]
+            rows = batch.present.shape[0]   # the inputs' rows (`augment` may append some)
             embeddings = {**{m: torch.zeros((rows, width), device=batch.y.device)
                              for m, width in self.unread.items()}, **(embeddings or {})}
         kw = dict(self.forward_kw, embeddings=embeddings) if embeddings else self.forward_kw
-        out = self.call({**fixed, **train}, batch.x, batch.present, **kw)
+        current = {**fixed, **train}
+        out = self.call(current, batch.x, batch.present, **kw)
+
+        def forward(params: Mapping[str, Tensor], x: dict[str, Tensor],
+                    present: Tensor) -> ModelOutput:
+            """The module again, with `params` in place of the current ones (no embeddings
+            given: every encoder runs on `x`)."""
+            return self.call({**current, **params}, x, present, **self.forward_kw)
+
         return self.objective.loss(LossInputs(out, batch.y, batch.present, self.held, train,
                                               anchor, self.extras, self.round, local,
                                               self.groups, batch.weight,
-                                              self.stepper is not None))
+                                              self.stepper is not None, batch.x, forward))
 
     def one_device(self, anchor: Params, local: Params) -> GradFn:
         """The loss and gradients of one device's minibatch; parameters not trained are the
@@ -274,6 +283,9 @@ class LocalUpdate:
         """
         if self.stepper is not None:
             return self._run_stepper(self.stepper, params, batches, grads_of, grad_sum)
+        if self.objective.overrides(Objective.local_steps):   # an update rule of its own
+            trained, losses = self.objective.local_steps(params, iter(batches), grads_of)
+            return UpdateResult(trained, losses, None)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
         losses = []

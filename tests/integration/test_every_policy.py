@@ -69,6 +69,10 @@ NEEDS: dict[tuple[str, str], dict[str, Any]] = {
     ("aggregation", "flism"): {"method": "flism"},
     ("aggregation", "flism_delta"): {"method": "flism"},
     ("objective", "flism"): {"method": "flism"},
+    # M3Fed: the meta-step loss and the clustering server need the consensus projection G;
+    # a sync every 2 rounds so that the checkpoint falls inside a window
+    ("aggregation", "m3fed"): {"method": "m3fed", "training.sync_every": 2},
+    ("objective", "m3fed"): {"method": "m3fed", "training.sync_every": 2},
     # the worked example of a broadcast extra: µ from the aggregator, read by the objective
     ("aggregation", "adaptive_prox"): {"objective": {"name": "adaptive_prox"}},
     ("objective", "adaptive_prox"): {"aggregation": {"name": "adaptive_prox"}},
@@ -91,6 +95,10 @@ PRESET_ONLY_METHODS: dict[str, dict[str, Any]] = {
     # GraMFedDHAR: attention fusion + central DP on the aggregation + TIDE's participation
     # selection
     "gramfeddhar": {},
+    # RELIEF: the fusion layer's column blocks in their sensors' groups
+    # (model.fusion_blocks: sensor), merged within each pod (upload: held); every online
+    # device trains (all_online: more than selection.k)
+    "relief": {},
 }
 
 
