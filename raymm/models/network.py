@@ -1,6 +1,7 @@
 """The multimodal network and the parameter groups that travel.
 
-Groups: `sensor:<m>` = encoder E_m (+ its own head H_m when the model has per-sensor heads),
+Groups: `sensor:<m>` = encoder E_m (+ its own head H_m when the model has per-sensor heads,
++ its column block W^(m) of the fusion layer's first weight with `model.fusion_blocks: sensor`),
 `shared` = fusion F + task head H (absent for late fusion by summing logits), and `local` = the
 device-local residual adapter that never leaves a device. Each group is one flat float32 vector.
 """
@@ -16,6 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raymm.config.schema import ModelSpec
+from raymm.models.attention import AttentionFusion, equal_embedding_dim
+from raymm.models.blocks import BlockFusion, block_sensor
 from raymm.models.encoders import auto_kind, embedding_dim, make_encoder
 
 SHARED = "shared"
@@ -69,6 +72,20 @@ class RaymmNet(nn.Module, metaclass=ABCMeta):
         """The travelling group (`sensor:<m>`, `shared`, `local`) of a parameter or buffer."""
 
 
+def consensus_projection(dims: Mapping[str, int]) -> nn.Linear:
+    """G: a square map of the sensors' common embedding width, without bias, starting as the
+    identity (the network computes what it would without G until G learns)."""
+    widths = set(dims.values())
+    if len(widths) != 1:
+        raise ValueError("model.consensus needs every sensor's embedding of one width "
+                         f"(got {dict(dims)}): no identity encoders")
+    width = widths.pop()
+    g = nn.Linear(width, width, bias=False)
+    with torch.no_grad():
+        g.weight.copy_(torch.eye(width))
+    return g
+
+
 def embed(encoders: nn.ModuleDict, sensors: tuple[str, ...], inputs: dict[str, Tensor],
           given: Mapping[str, Tensor] | None) -> dict[str, Tensor]:
     """Every sensor's embedding: the given one, else its encoder on its input."""
@@ -82,7 +99,9 @@ class MultimodalNet(RaymmNet):
     `forward(inputs, present)` takes every sensor's input (zeros for a missing sensor) and a
     float `present` mask `[B, M]`. Concat fusion feeds all embeddings (a zero input still goes
     through its encoder, as in TIDE: docs/methods/tide.md); logit fusion sums the heads of the
-    present sensors only (FedMChain's late fusion: docs/methods/fedmchain.md). The adapter's
+    present sensors only (FedMChain's late fusion: docs/methods/fedmchain.md); attention fusion
+    pools the present sensors' embeddings with weights that give an absent sensor exactly 0
+    (FedMultimodal: raymm.models.attention, docs/methods/fedmultimodal.md). The adapter's
     bottleneck is `model.adapter_bottleneck` × fusion_dim: 0.5 by default (what every committed
     TIDE table ran with), TIDE's design asks for at most 0.25 (docs/methods/tide.md).
     """
@@ -102,9 +121,14 @@ class MultimodalNet(RaymmNet):
         heads = spec.aux_heads or spec.fusion == "sum_logits"
         self.heads = nn.ModuleDict({m: nn.Linear(dims[m], num_classes)
                                     for m in sensors}) if heads else None
-        if spec.fusion == "concat":
-            self.fusion = nn.Sequential(nn.Linear(sum(dims.values()), spec.fusion_dim),
-                                        nn.ReLU())
+        #: attention fusion: `fusion(tokens [B, M, E], present)` in place of the concatenation
+        self.attends = spec.fusion == "attention"
+        if spec.fusion in ("concat", "attention"):
+            self.fusion = AttentionFusion(equal_embedding_dim(dims), spec.attention_hidden,
+                                          spec.attention_heads, spec.fusion_dim) \
+                if self.attends else BlockFusion(dims, spec.fusion_dim) \
+                if spec.fusion_blocks == "sensor" else nn.Sequential(
+                    nn.Linear(sum(dims.values()), spec.fusion_dim), nn.ReLU())
             self.head = nn.Linear(spec.fusion_dim, num_classes)
             width = max(1, int(spec.fusion_dim * spec.adapter_bottleneck))
             self.adapter = nn.Sequential(nn.Linear(spec.fusion_dim, width), nn.ReLU(),
@@ -120,6 +144,9 @@ class MultimodalNet(RaymmNet):
                 nn.init.zeros_(up.bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
+        #: M3Fed's consensus projection G on every sensor's embedding (`model.consensus`),
+        #: registered last: its weight is the last E×E numbers of `shared`
+        self.consensus = consensus_projection(dims) if spec.consensus else None
 
     def forward(self, inputs: dict[str, Tensor], present: Tensor,
                 use_adapter: bool = False, split_adapter: bool = False,
@@ -132,14 +159,18 @@ class MultimodalNet(RaymmNet):
         from it. Without an adapter both flags change nothing. `embeddings`: see
         `takes_embeddings`."""
         emb = embed(self.encoders, self.sensors, inputs, embeddings)
+        if self.consensus is not None:   # G e_m: every sensor into the one consensus space
+            emb = {m: self.consensus(e) for m, e in emb.items()}
         sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
         if self.fusion is None:
             logits = sum(sensor_logits[m] * present[:, j:j + 1]
                          for j, m in enumerate(self.sensors))
             return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
-        # one sensor: its embedding as it is (a cat of one tensor would only copy it)
-        z_base = self.fusion(emb[self.sensors[0]] if len(self.sensors) == 1 else
-                             torch.cat([emb[m] for m in self.sensors], dim=1))
+        if self.attends:
+            z_base = self.fusion(torch.stack([emb[m] for m in self.sensors], dim=1), present)
+        else:   # one sensor: its embedding as it is (a cat of one tensor would only copy it)
+            z_base = self.fusion(emb[self.sensors[0]] if len(self.sensors) == 1 else
+                                 torch.cat([emb[m] for m in self.sensors], dim=1))
         if not use_adapter or self.adapter is None:
             return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base)
         if split_adapter:
@@ -155,6 +186,9 @@ class MultimodalNet(RaymmNet):
         top, _, rest = param_name.partition(".")
         if top in ("encoders", "heads"):
             return sensor_group(rest.partition(".")[0])
+        block = block_sensor(param_name)   # W^(m) of `model.fusion_blocks: sensor`
+        if block is not None:
+            return sensor_group(block)
         if top == "adapter":
             return LOCAL
         return SHARED

@@ -53,7 +53,7 @@ def linear_chain(model: nn.Module) -> tuple[str, list[Dense]] | None:
     """(the sensor, its layers input to logits) when `model` is one chain of `Linear` and
     `ReLU` (`Flatten` first), else None."""
     if type(model) is not MultimodalNet or len(model.sensors) != 1 or model.heads is not None \
-            or model.fusion is None:
+            or model.fusion is None or model.consensus is not None:
         return None
     sensor = model.sensors[0]
     prefixed = [(f"encoders.{sensor}", model.encoders[sensor]), ("fusion", model.fusion),

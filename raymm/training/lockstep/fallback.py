@@ -41,6 +41,9 @@ def why_not_lockstep(objective: Objective, model: torch.nn.Module | None = None)
     if not objective.vectorisable:
         return (f"objective {type(objective).__name__} does not declare `vectorisable = True` "
                 "(see raymm.training.lockstep for what that promises)")
+    if objective.overrides(Objective.local_steps):
+        return (f"objective {type(objective).__name__} has an update rule of its own "
+                "(`local_steps`): sequential path only")
     if model is not None and any(True for _ in model.buffers()):
         return "the model has buffers (e.g. batch norm); only parameter-only models are vmapped"
     return None
