@@ -73,6 +73,13 @@ def balanced_greedy(dist: np.ndarray, weak_dist: np.ndarray, weak_wins: np.ndarr
     return np.asarray(picked, np.int64), np.asarray(weak, bool)
 
 
+def published(ctx: SelectionContext, name: str, default: np.ndarray) -> np.ndarray:
+    """The aggregator's published array `name`, or `default` while it has none of that shape
+    (before its first aggregation)."""
+    value = np.asarray(ctx.published.get(name, default))
+    return value if value.shape == default.shape else default
+
+
 @SELECTORS.register("bmsfed")
 class BMSFedSelection(Selector):
     """K devices by balanced stochastic greedy facility location; weak-modality picks train
@@ -106,10 +113,7 @@ class BMSFedSelection(Selector):
     def select(self, ctx: SelectionContext) -> np.ndarray:
         k = self._k(ctx)
         elig = ctx.eligible
-        pub = ctx.published
-        known = np.asarray(pub.get(KNOWN, np.zeros(ctx.obs.n, bool)))
-        if known.shape[0] != ctx.obs.n:
-            known = np.zeros(ctx.obs.n, bool)
+        known = published(ctx, KNOWN, np.zeros(ctx.obs.n, bool))
         fresh = elig[~known[elig]]
         both: np.ndarray = np.asarray(ctx.obs.sensor_mask.all(axis=1), bool)
         weak_only = np.zeros(0, np.int64)
@@ -132,7 +136,7 @@ class BMSFedSelection(Selector):
     def _global_ratio(self, ctx: SelectionContext, known: np.ndarray, both: np.ndarray
                       ) -> float:
         """b: the sample-weighted mean ratio of the multimodal devices that reported one."""
-        ratio = np.asarray(ctx.published.get(RATIO, np.full(ctx.obs.n, np.nan)))
+        ratio = published(ctx, RATIO, np.full(ctx.obs.n, np.nan))
         use = both & known & np.isfinite(ratio)
         if not use.any():
             return 1.0
@@ -153,14 +157,13 @@ class BMSFedSelection(Selector):
         only; targets are every known device."""
         if k <= 0 or cand.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0, bool)
-        pub = ctx.published
         targets = np.flatnonzero(known)
         n = ctx.obs.n
-        per = [np.asarray(pub.get(DIST + m, np.zeros((n, n)))) for m in self.sensors]
+        per = [published(ctx, DIST + m, np.zeros((n, n))) for m in self.sensors]
         full = np.sqrt(sum(d ** 2 for d in per))
         b = self._global_ratio(ctx, known, both)
         weak = 1 if b > 1 else 0
-        ratio = np.asarray(pub.get(RATIO, np.full(n, np.nan)))[cand]
+        ratio = published(ctx, RATIO, np.full(n, np.nan))[cand]
         with np.errstate(invalid="ignore"):
             wins = both[cand] & ((ratio > self.p.tau) if weak == 1 else
                                  (ratio < 1.0 / self.p.tau))
