@@ -73,7 +73,7 @@ class HarmonySchedule(Schedule):
         problems = []
         if scenario.rounds < 2:
             problems.append("rounds: harmony needs at least 2 rounds (one per stage)")
-        if scenario.model.fusion == "concat" and not scenario.model.aux_heads:
+        if scenario.model.fusion != "sum_logits" and not scenario.model.aux_heads:
             problems.append("model.aux_heads: harmony's modality-wise stage trains each sensor's "
                             "encoder with its own head; set model.aux_heads: true")
         if scenario.training.upload != "held":
@@ -85,7 +85,7 @@ class HarmonySchedule(Schedule):
         refuse(self.check_scenario(self.params, sc, sensors))
         self.rounds = sc.rounds
         self.final_stage_start = fusion_start(sc.rounds, self.params.modality_fraction)
-        self.fusion_layer = sc.model.fusion == "concat"
+        self.fusion_layer = sc.model.fusion != "sum_logits"   # concat or attention
         self._sensors = tuple(sensors)
 
     def in_fusion(self, t: int) -> bool:

@@ -26,6 +26,8 @@ INT_BOUNDS: dict[tuple[str, ...], int] = {
     ("model", "embed_dim"): 65_536,
     ("model", "hidden"): 65_536,
     ("model", "fusion_dim"): 65_536,
+    ("model", "attention_heads"): 1024,
+    ("model", "attention_hidden"): 65_536,
     ("eval", "every"): 10_000_000,
     ("eval", "batch_size"): 10_000_000,
     ("output", "checkpoint_every"): 10_000_000,

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raymm.config.schema import ModelSpec
+from raymm.models.attention import AttentionFusion, equal_embedding_dim
 from raymm.models.blocks import BlockFusion, block_sensor
 from raymm.models.encoders import auto_kind, embedding_dim, make_encoder
 
@@ -71,6 +72,20 @@ class RaymmNet(nn.Module, metaclass=ABCMeta):
         """The travelling group (`sensor:<m>`, `shared`, `local`) of a parameter or buffer."""
 
 
+def consensus_projection(dims: Mapping[str, int]) -> nn.Linear:
+    """G: a square map of the sensors' common embedding width, without bias, starting as the
+    identity (the network computes what it would without G until G learns)."""
+    widths = set(dims.values())
+    if len(widths) != 1:
+        raise ValueError("model.consensus needs every sensor's embedding of one width "
+                         f"(got {dict(dims)}): no identity encoders")
+    width = widths.pop()
+    g = nn.Linear(width, width, bias=False)
+    with torch.no_grad():
+        g.weight.copy_(torch.eye(width))
+    return g
+
+
 def embed(encoders: nn.ModuleDict, sensors: tuple[str, ...], inputs: dict[str, Tensor],
           given: Mapping[str, Tensor] | None) -> dict[str, Tensor]:
     """Every sensor's embedding: the given one, else its encoder on its input."""
@@ -84,7 +99,9 @@ class MultimodalNet(RaymmNet):
     `forward(inputs, present)` takes every sensor's input (zeros for a missing sensor) and a
     float `present` mask `[B, M]`. Concat fusion feeds all embeddings (a zero input still goes
     through its encoder, as in TIDE: docs/methods/tide.md); logit fusion sums the heads of the
-    present sensors only (FedMChain's late fusion: docs/methods/fedmchain.md). The adapter's
+    present sensors only (FedMChain's late fusion: docs/methods/fedmchain.md); attention fusion
+    pools the present sensors' embeddings with weights that give an absent sensor exactly 0
+    (FedMultimodal: raymm.models.attention, docs/methods/fedmultimodal.md). The adapter's
     bottleneck is `model.adapter_bottleneck` × fusion_dim: 0.5 by default (what every committed
     TIDE table ran with), TIDE's design asks for at most 0.25 (docs/methods/tide.md).
     """
@@ -104,8 +121,12 @@ class MultimodalNet(RaymmNet):
         heads = spec.aux_heads or spec.fusion == "sum_logits"
         self.heads = nn.ModuleDict({m: nn.Linear(dims[m], num_classes)
                                     for m in sensors}) if heads else None
-        if spec.fusion == "concat":
-            self.fusion = BlockFusion(dims, spec.fusion_dim) \
+        #: attention fusion: `fusion(tokens [B, M, E], present)` in place of the concatenation
+        self.attends = spec.fusion == "attention"
+        if spec.fusion in ("concat", "attention"):
+            self.fusion = AttentionFusion(equal_embedding_dim(dims), spec.attention_hidden,
+                                          spec.attention_heads, spec.fusion_dim) \
+                if self.attends else BlockFusion(dims, spec.fusion_dim) \
                 if spec.fusion_blocks == "sensor" else nn.Sequential(
                     nn.Linear(sum(dims.values()), spec.fusion_dim), nn.ReLU())
             self.head = nn.Linear(spec.fusion_dim, num_classes)
@@ -123,6 +144,9 @@ class MultimodalNet(RaymmNet):
                 nn.init.zeros_(up.bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
+        #: M3Fed's consensus projection G on every sensor's embedding (`model.consensus`),
+        #: registered last: its weight is the last E×E numbers of `shared`
+        self.consensus = consensus_projection(dims) if spec.consensus else None
 
     def forward(self, inputs: dict[str, Tensor], present: Tensor,
                 use_adapter: bool = False, split_adapter: bool = False,
@@ -135,14 +159,18 @@ class MultimodalNet(RaymmNet):
         from it. Without an adapter both flags change nothing. `embeddings`: see
         `takes_embeddings`."""
         emb = embed(self.encoders, self.sensors, inputs, embeddings)
+        if self.consensus is not None:   # G e_m: every sensor into the one consensus space
+            emb = {m: self.consensus(e) for m, e in emb.items()}
         sensor_logits = {m: self.heads[m](emb[m]) for m in self.sensors} if self.heads else {}
         if self.fusion is None:
             logits = sum(sensor_logits[m] * present[:, j:j + 1]
                          for j, m in enumerate(self.sensors))
             return ModelOutput(logits, None, emb, sensor_logits)  # type: ignore[arg-type]
-        # one sensor: its embedding as it is (a cat of one tensor would only copy it)
-        z_base = self.fusion(emb[self.sensors[0]] if len(self.sensors) == 1 else
-                             torch.cat([emb[m] for m in self.sensors], dim=1))
+        if self.attends:
+            z_base = self.fusion(torch.stack([emb[m] for m in self.sensors], dim=1), present)
+        else:   # one sensor: its embedding as it is (a cat of one tensor would only copy it)
+            z_base = self.fusion(emb[self.sensors[0]] if len(self.sensors) == 1 else
+                                 torch.cat([emb[m] for m in self.sensors], dim=1))
         if not use_adapter or self.adapter is None:
             return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base)
         if split_adapter:
