@@ -55,3 +55,17 @@ def test_unknown_devices_first_then_the_instruction_of_a_weak_pick() -> None:
     assert ids.tolist() == [0, 1, 2, 3]
     assert mask.tolist() == [[False, True], [True, True], [True, True], [True, True]]
     assert sel.round_stats()["bmsfed_ratio"] == 2.0
+
+
+def test_the_instruction_travels_in_the_plan_and_survives_a_checkpoint() -> None:
+    from raymm.protocol.messages import Broadcast, RoundPlan, plan_from_state, plan_state
+
+    held = np.array([[True, True], [True, False]])
+    plan = RoundPlan(3, np.array([2, 5]), ("sensor:a", "sensor:v", "shared"),
+                     train_sensors=np.array([[False, True], [True, False]]))
+    assert plan.sensors_of(2, held[0]).tolist() == [False, True]
+    assert plan.training_masks(held).tolist() == [[False, True], [True, False]]
+    again, _ = plan_from_state(plan_state(plan, Broadcast(3, {})))
+    assert again.train_sensors is not None
+    assert again.train_sensors.tolist() == plan.train_sensors.tolist()
+    assert RoundPlan(3, np.array([2]), ()).sensors_of(2, held[0]).tolist() == [True, True]
