@@ -89,6 +89,7 @@ def check_scenario(raw: Mapping[str, Any], presets: Mapping[str, Mapping[str, An
         problems += _check_dataset_rules(sc)
         problems += _check_execution(sc)
         problems += privacy_problems(sc)
+        problems += private_problems(sc)
         if sensors is not None:
             problems += _check_data_sizes(sc, sensors)
     if problems:
@@ -323,6 +324,24 @@ def _check_exchange(sc: Scenario) -> list[str]:
     name = sc.aggregation.name
     if name in AGGREGATORS:  # an unknown name is reported with the policies
         problems += aggregator_problems(sc.training.exchange, AGGREGATORS.get(name), name)
+    return problems
+
+
+def private_problems(sc: Scenario) -> list[str]:
+    """What `model.private` needs: raymm's own network (whose blocks it names), and evaluation
+    on the devices, each with its own blocks (the global model has none of its own: a pooled
+    evaluation would score the initial head)."""
+    blocks = sc.model.private
+    if not blocks:
+        return []
+    problems = []
+    if sc.model.factory != "multimodal":
+        problems.append(f"model.private: {blocks} names blocks of raymm's own network "
+                        f"(model.factory: multimodal), not of {sc.model.factory!r}")
+    if sc.eval.scope != "devices":
+        problems.append(f"model.private: {blocks} keeps them on each device, so there is no "
+                        f"global model to evaluate: set eval.scope: devices "
+                        f"(got {sc.eval.scope!r})")
     return problems
 
 

@@ -79,8 +79,8 @@ def _cluster_models(sc: Scenario, sensors: tuple[str, ...], aggregator_state: di
 
 def _kept(hosts: dict[int, Any]) -> dict[int, dict[str, np.ndarray]]:
     """Per device (from its state record, `raymm.protocol.device_state`), the parameters it keeps:
-    its adapter, its own group vectors and its own batch-norm statistics (bases, control
-    variates and other bookkeeping are not model parameters)."""
+    its adapter, its own group vectors, its own batch-norm statistics and its private blocks
+    (bases, control variates and other bookkeeping are not model parameters)."""
     out = {}
     for dev, record in hosts.items():
         st = DeviceState.from_record(record)
@@ -89,6 +89,8 @@ def _kept(hosts: dict[int, Any]) -> dict[int, dict[str, np.ndarray]]:
             keep[saved.LOCAL_KEY] = np.asarray(st.adapter)
         if st.buffers is not None:
             keep[saved.BUFFERS_KEY] = np.asarray(st.buffers)
+        if st.private is not None:
+            keep[saved.PRIVATE_KEY] = np.asarray(st.private)
         if keep:
             out[int(dev)] = keep
     return out

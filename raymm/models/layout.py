@@ -4,6 +4,8 @@ A group's vector holds its parameters and then its floating-point buffers (batch
 running statistics) when they travel (`model.buffers: average`: averaged with their group).
 With `model.buffers: local` they form the group `buffers` instead, which never travels: each
 device keeps its own vector (FedBN).
+With `model.private` the blocks it names (task head, fusion layer) form the group `private`:
+trained like the others, but kept on each device and never exchanged (BLOSSOM's PH/PHF).
 Integer buffers (batch norm's step count) never travel: loading a group puts them back to
 their initial value, so nothing depends on how many devices a process trained.
 """
@@ -17,11 +19,31 @@ import numpy as np
 import torch
 from torch import nn
 
-from raymm.models.network import LOCAL, RaymmNet
+from raymm.models.network import LOCAL, MultimodalNet, RaymmNet
 from raymm.units import FLOAT_BYTES
 
 #: the group of a device's own batch-norm statistics (`model.buffers: local`): kept, never sent
 BUFFERS = "buffers"
+#: the group of the blocks each device keeps and trains as its own (`model.private`)
+PRIVATE = "private"
+#: groups that never travel: the adapter, a device's own statistics, its private blocks
+DEVICE_KEPT = (LOCAL, BUFFERS, PRIVATE)
+
+
+def private_blocks(model: nn.Module) -> tuple[str, ...]:
+    """The blocks `model.private` keeps on each device; they are blocks of raymm's own network
+    (validation refuses the key with another factory)."""
+    return tuple(model.spec.private) if isinstance(model, MultimodalNet) else ()
+
+
+def block_of(model: RaymmNet, name: str) -> str | None:
+    """The block of a parameter (or buffer) `model.private` may name: `head` = the task head,
+    under logit fusion every sensor's head (then the task's classifiers); `fusion` = the fusion
+    layer; None for the rest (encoders, auxiliary heads beside a fusion layer, the adapter)."""
+    top = name.partition(".")[0]
+    if top == "head" or (top == "heads" and model.fusion is None):
+        return "head"
+    return "fusion" if top == "fusion" else None
 
 
 @dataclass(frozen=True)
@@ -45,8 +67,11 @@ class GroupLayout:
             raise ValueError(f"model.buffers: {buffers!r} is not supported")
         floats = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
         params = {n for n, _ in model.named_parameters()}
+        private = private_blocks(model)   # `model.private`
         for name, p in [*model.named_parameters(), *floats]:
-            g = BUFFERS if buffers == "local" and name not in params else model.group_of(name)
+            g = BUFFERS if buffers == "local" and name not in params else \
+                PRIVATE if private and block_of(model, name) in private else \
+                model.group_of(name)
             start = sizes.get(g, 0)
             slots.setdefault(g, []).append(Slot(name, tuple(p.shape), start, start + p.numel(),
                                                 buffer=name not in params))
@@ -88,8 +113,9 @@ class GroupLayout:
 
     @property
     def groups(self) -> list[str]:
-        """Groups that travel (every group but the device-local ones: adapter, buffers)."""
-        return [g for g in self.slots if g not in (LOCAL, BUFFERS)]
+        """Groups that travel (every group but the device-kept ones: adapter, buffers,
+        private blocks)."""
+        return [g for g in self.slots if g not in DEVICE_KEPT]
 
     def nbytes(self, group: str) -> int:
         return FLOAT_BYTES * self.sizes[group]

@@ -5,7 +5,8 @@ safetensors reader can open it); its metadata records what rebuilds the module: 
 shapes, classes, the scenario's `model:` section and seed, the round and the parameter groups.
 When a method keeps more, `device_models.safetensors` (a `raymm.io.statefile`) holds the SSCA
 cluster models with each device's assignment, and each device's kept parameters (its own
-vectors under `training.exchange: delta|none`, its residual adapter).
+vectors under `training.exchange: delta|none`, its residual adapter, its private blocks under
+`model.private`: the global model holds their initial values, a device's model its own).
 
     import raymm
     net = raymm.load_model("runs/quickstart-20260101-120000")        # global model
@@ -27,7 +28,7 @@ from raymm.errors import RaymmError
 from raymm.io import statefile
 from raymm.io.atomic import atomic_output
 from raymm.models.build import build_model, build_net
-from raymm.models.layout import BUFFERS, GroupLayout
+from raymm.models.layout import BUFFERS, PRIVATE, GroupLayout
 from raymm.models.network import RaymmNet
 
 MODEL = "model.safetensors"
@@ -36,6 +37,7 @@ KIND = "raymm-model"
 DEVICES_KIND = "raymm-device-models"
 LOCAL_KEY = "local"
 BUFFERS_KEY = "buffers"
+PRIVATE_KEY = "private"
 PARAMS_PREFIX = "params/"
 
 
@@ -126,4 +128,6 @@ def _device_vectors(run_dir: Path, info: dict[str, Any], device: int) -> dict[st
         out[LOCAL_KEY] = own[LOCAL_KEY]
     if BUFFERS_KEY in own:  # its own batch-norm statistics (model.buffers: local)
         out[BUFFERS] = own[BUFFERS_KEY]
+    if PRIVATE_KEY in own:  # its own head / fusion (model.private)
+        out[PRIVATE] = own[PRIVATE_KEY]
     return out

@@ -20,7 +20,7 @@ from raymm.data.base import Dataset
 from raymm.data.mapped import file_maps, is_memory_mapped, release_pages, tensor_view
 from raymm.models import LOCAL, GroupLayout
 from raymm.models.build import build_model
-from raymm.models.layout import BUFFERS
+from raymm.models.layout import BUFFERS, PRIVATE
 from raymm.models.size import flops_per_sample
 from raymm.protocol.messages import Broadcast
 from raymm.protocol.seams import DeviceFinish, Objective
@@ -61,6 +61,9 @@ class SequentialTrainer:
         # the statistics a device starts from before it has its own (`model.buffers: local`)
         self.initial_buffers = (self.layout.flatten(self.model, [BUFFERS])[BUFFERS]
                                 if BUFFERS in self.layout.slots else None)
+        # the private blocks a device starts from before it has its own (`model.private`)
+        self.initial_private = (self.layout.flatten(self.model, [PRIVATE])[PRIVATE]
+                                if PRIVATE in self.layout.slots else None)
         # tensors over the shared arrays' memory, never copies: a memory-mapped split stays
         # in its files and only the rows of the devices trained here are read. On an
         # accelerator an in-memory split moves there once; a mapped one stays on the CPU, and

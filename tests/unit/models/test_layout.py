@@ -63,3 +63,33 @@ def test_loading_a_group_puts_integer_buffers_back_to_their_initial_value() -> N
     layout.load(bn, flat)
     assert int(bn[1].num_batches_tracked) == 0
     assert torch.equal(bn[1].running_mean, torch.zeros(4))     # the saved statistics again
+
+
+def test_private_blocks_form_a_group_that_never_travels() -> None:
+    """`model.private` moves the named blocks' parameters into the group `private`: the head
+    (under logit fusion, every sensor's head) and the fusion layer, in their order; the
+    travelling groups keep the rest, and a layout without it is unchanged."""
+    from raymm.models.layout import PRIVATE
+
+    shapes: dict[str, tuple[int, ...]] = {"a": (4,), "b": (3,)}
+
+    def layout(**spec: object) -> GroupLayout:
+        torch.manual_seed(0)
+        return GroupLayout(MultimodalNet(("a", "b"), shapes, 5, ModelSpec.model_validate(spec)))
+
+    plain, ph, phf = layout(), layout(private=["head"]), layout(private=["head", "fusion"])
+    assert PRIVATE not in plain.slots
+    assert [s.name for s in ph.slots[PRIVATE]] == ["head.weight", "head.bias"]
+    assert [s.name for s in ph.slots["shared"]] == ["fusion.0.weight", "fusion.0.bias"]
+    assert [s.name for s in phf.slots[PRIVATE]] == ["fusion.0.weight", "fusion.0.bias",
+                                                    "head.weight", "head.bias"]
+    assert ph.groups == ["sensor:a", "sensor:b", "shared"]
+    assert phf.groups == ["sensor:a", "sensor:b"]        # only the encoders are shared
+    assert ph.sizes[PRIVATE] == 5 * 64 + 5 and phf.sizes[PRIVATE] == 64 * 2 * 32 + 64 + 325
+    late = layout(fusion="sum_logits", private=["head", "fusion"])   # no fusion layer
+    assert late.names([PRIVATE]) == ["heads.a.weight", "heads.a.bias", "heads.b.weight",
+                                     "heads.b.bias"]
+    assert late.groups == ["sensor:a", "sensor:b"]       # each now the encoder alone
+    aux = layout(aux_heads=True, private=["head"])       # auxiliary heads stay with sensors
+    assert "heads.a.weight" in aux.names(["sensor:a"]) and \
+        aux.names([PRIVATE]) == ["head.weight", "head.bias"]

@@ -24,3 +24,17 @@ def test_device_state_records_keep_the_checkpoint_format() -> None:
     assert again.keys() == old.keys() and all(again[k] is old[k] for k in old)
     with pytest.raises(TypeError, match="array or a dict"):
         DeviceState.from_record([1.0, 2.0])
+
+
+def test_private_blocks_travel_and_are_checkpointed_apart_from_the_objective() -> None:
+    """A device's private blocks (`model.private`) are a record key of their own: read back
+    into `private`, not taken for the objective's state, and a state holding them is kept."""
+    a = np.arange(3, dtype=np.float32)
+    st = DeviceState(private=a)
+    assert not st.is_empty()
+    rec = st.to_record()
+    assert isinstance(rec, dict) and rec.keys() == {"private/own"}
+    back = DeviceState.from_record(rec)
+    assert back.private is a and not back.objective and back.adapter is None
+    both = DeviceState.from_record({"private/own": a, "local": a + 1, "mine": a + 2})
+    assert both.private is a and set(both.objective) == {"mine"}
