@@ -128,3 +128,20 @@ def test_lockstep_matches_sequential_with_blocks_held():
         np.testing.assert_allclose(vec[g], seq[g], rtol=0, atol=1e-5, err_msg=g)
     np.testing.assert_allclose([r["train_loss"] for r in vec_rows],
                                [r["train_loss"] for r in seq_rows], atol=1e-5)
+
+
+@pytest.mark.usefixtures("_in_tmp")
+def test_a_device_lacking_a_sensor_is_sent_its_blocks_product_not_its_embedding():
+    """Pod-wise (upload: held), a one-sensor device receives its own group and `shared`, and
+    for the sensor it lacks what the fusion layer needs of that sensor's zero input: without
+    the split E = 8 floats (the embedding) beside the whole W [16, 16] in `shared`; with it
+    F = 16 floats (W^(m) E_m(0)) beside only its own block [16, 8]. Per device and round:
+    (16·8 + 16) - (16·16 + 8) = -120 floats, 480 bytes fewer."""
+    one_sensor = {"population.tiers": [{"sensors": ["a"], "count": 6},
+                                       {"sensors": ["b"], "count": 6}],
+                  "training.upload": "held"}
+    _, plain = tiny_run_params(one_sensor)
+    _, split = tiny_run_params({**one_sensor, "model.fusion_blocks": "sensor"})
+    for r, s in zip(plain, split, strict=True):
+        assert r["selected"] == s["selected"] > 0
+        assert s["bytes_down"] - r["bytes_down"] == -480 * r["selected"]
