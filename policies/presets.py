@@ -144,11 +144,12 @@ PRESETS["fedasync"] = deep_merge(PRESETS["fedavg"], {"aggregation": {
 PRESETS["fedmultimodal"] = deep_merge(PRESETS["fedavg"], {"model": {"fusion": "attention"}})
 PRESETS["fedmultimodal_opt"] = deep_merge(PRESETS["fedmultimodal"], {
     "aggregation": {"name": "fedadam"}})
-# GraMFedDHAR (Halder, Palit, Sen, arXiv 2509.05671): attention-weighted fusion, FedAvg, user-
-# level DP on the aggregation (updates clipped at C = 1, Gaussian noise σ·C on the server's sum,
-# σ = 1), TIDE's scores + participation term as TIDE's reproduction selected, Adam 1e-3.
-# docs/methods/gramfeddhar.md
+# GraMFedDHAR (Halder, Palit, Sen, arXiv 2509.05671): attention-weighted fusion (one weight per
+# sensor), FedAvg, user-level DP on the aggregation (updates clipped at C = 1, Gaussian noise
+# σ·C on the server's sum, σ = 1), TIDE's scores + participation term as TIDE's reproduction
+# selected, Adam 1e-3. docs/methods/gramfeddhar.md
 PRESETS["gramfeddhar"] = deep_merge(PRESETS["fedmultimodal"], {
+    "model": {"attention_heads": 1},
     "selection": {"name": "tide_participation"},
     "privacy": {"mode": "central", "clip": 1.0, "noise_multiplier": 1.0},
     "training": {"optimizer": "adam", "lr": 1e-3}})

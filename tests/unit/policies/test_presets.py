@@ -230,6 +230,7 @@ def test_gramfeddhar_attention_and_one_private_aggregation_step_by_hand() -> Non
     preset = policies.PRESETS["gramfeddhar"]
     assert preset["privacy"] == {"mode": "central", "clip": 1.0, "noise_multiplier": 1.0}
     assert preset["selection"] == {"name": "tide_participation"}
+    assert preset["model"] == {"fusion": "attention", "attention_heads": 1}
     assert preset["aggregation"] == {"name": "fedavg"} and preset["objective"] == {"name": "ce"}
     assert preset["training"]["lr"] == 1e-3 and "gramfeddhar" in policies.METHODS
     _attention_step("gramfeddhar")
