@@ -313,3 +313,18 @@ def test_per_device_scopes_need_a_local_test_part() -> None:
             load_scenario(tiny_scenario(**{"eval.scope": scope}))
         load_scenario(tiny_scenario(**{"eval.scope": scope,
                                        "population.local_test_fraction": 0.2}))
+
+
+def test_private_blocks_need_raymms_network_and_per_device_evaluation() -> None:
+    """`model.private` keeps blocks of raymm's own network on the devices: validation refuses
+    a pooled evaluation (there is no global head) and another factory, and takes the presets
+    as they are."""
+    for method in ("blossom_ph", "blossom_phf"):
+        check_scenario(tiny_scenario(method=method), policies.PRESETS)
+    for scope in ("pooled", "both"):
+        with pytest.raises(ScenarioError, match="set eval.scope: devices"):
+            check_scenario(tiny_scenario(**{"method": "blossom_ph", "eval.scope": scope}),
+                           policies.PRESETS)
+    with pytest.raises(ScenarioError, match="raymm's own network"):
+        check_scenario(tiny_scenario(**{"method": "blossom_ph", "model.factory": "whole_mlp"}),
+                       policies.PRESETS)
