@@ -228,8 +228,27 @@ PRESETS["m3fed"] = {
     "training": {"upload": "all", "exchange": "delta", "sync_every": 1},
 }
 
+# FDARN (Yang, Xiong, Huang, Xu, AAAI 2022; the conference version of MCARN, TPAMI 2024,
+# whose text was not found): a private network on each device (model.private: [branch]) beside
+# the shared one, logits summed; CE + 0.6 orthogonality of the codes + 0.4 modality
+# classification of the private code + 0.4 adversarial (gradient-reversed) modality
+# classification of the shared code, both through ArcFace (s = 72, m = 0.5) on a discriminator
+# of width 128 (model.discriminator), + 0.4 spread of the ArcFace class weights; FedAvg of the
+# shared groups; every online device trains, SGD lr 0.01 momentum 0.9 (TIDE's reproduction of
+# MCARN, FDARN's code). docs/methods/fdarn.md
+PRESETS["fdarn"] = {
+    "selection": {"name": "all_online"},
+    "aggregation": {"name": "fedavg"},
+    "schedule": {"name": "joint"},
+    "objective": {"name": "fdarn"},
+    "model": {"private": ["branch"], "discriminator": 128},
+    "population": {"local_test_fraction": 0.2},
+    "eval": {"scope": "devices"},
+    "training": {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-6},
+}
+
 #: the methods `raymm sweep --methods all` runs (named methods; ablations are left out)
 METHODS.extend(["fedavg", "fedprox", "scaffold", "local", "tide", "fedmchain", "harmony",
                 "fedproto", "fedadam", "fedyogi", "fedadagrad", "fedmultimodal",
                 "fedmultimodal_opt", "gramfeddhar", "blossom", "blossom_ph", "blossom_phf",
-                "flism", "relief", "bmsfed", "m3fed"])
+                "flism", "relief", "bmsfed", "m3fed", "fdarn"])

@@ -4,6 +4,7 @@ lock-step fast path: importing it registers it under "tide" (`raymm.protocol.fas
 from policies.objective import (  # noqa: F401  (import registers)
     bmsfed,
     ce,
+    fdarn,
     fedproto,
     flism,
     harmony,

@@ -237,8 +237,15 @@ class ModelSpec(Strict):
     #: every sensor's head), fusion = the fusion layer (none under sum_logits). They form the
     #: group `private`, trained with the device's other groups, kept in its state and
     #: checkpoints, used for its training and its evaluation (eval.scope: devices: there is
-    #: no global head), never downloaded or uploaded; a device starts from the initial values
-    private: list[Literal["head", "fusion"]] = Field(default_factory=list)
+    #: no global head), never downloaded or uploaded; a device starts from the initial values.
+    #: branch = a second, private network beside the shared one (its own encoders, fusion and
+    #: head, or per-sensor heads under sum_logits) whose logits are added to the shared
+    #: ones: FDARN's egocentric encoder and private classifier (docs/methods/fdarn.md)
+    private: list[Literal["head", "fusion", "branch"]] = Field(default_factory=list)
+    #: width of a modality discriminator on the shared and private codes (0 = none): a
+    #: Linear(code, width) + ReLU and the ArcFace class weights of the 2^M - 1 sensor sets,
+    #: in `shared`; read by the fdarn objective only (docs/methods/fdarn.md)
+    discriminator: int = Field(default=0, ge=0)
     #: M3Fed's consensus projection G: one square linear map (no bias, starting as the
     #: identity) applied to every sensor's embedding before fusion or the sensors' heads, the
     #: last E×E numbers of `shared` (docs/methods/m3fed.md); every embedding must have the
@@ -582,6 +589,8 @@ class Scenario(Strict):
             del model["fusion_blocks"]
         if not model["consensus"]:   # the same without M3Fed's consensus projection
             del model["consensus"]
+        if not model["discriminator"]:   # the same without FDARN's modality discriminator
+            del model["discriminator"]
         return out
 
 

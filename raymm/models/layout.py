@@ -39,8 +39,11 @@ def private_blocks(model: nn.Module) -> tuple[str, ...]:
 def block_of(model: RaymmNet, name: str) -> str | None:
     """The block of a parameter (or buffer) `model.private` may name: `head` = the task head,
     under logit fusion every sensor's head (then the task's classifiers); `fusion` = the fusion
-    layer; None for the rest (encoders, auxiliary heads beside a fusion layer, the adapter)."""
+    layer; `branch` = the private network beside the shared one (FDARN); None for the rest
+    (encoders, auxiliary heads beside a fusion layer, the adapter)."""
     top = name.partition(".")[0]
+    if top == "branch":
+        return "branch"
     if top == "head" or (top == "heads" and model.fusion is None):
         return "head"
     return "fusion" if top == "fusion" else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,9 @@ class ModelOutput:
     #: [B, C] the device's own prediction H̄(z̄ + A(z̄)) on the personal path (only with
     #: `split_adapter=True`): its gradient reaches the adapter and nothing else
     personal_logits: Tensor | None = None
+    #: [B, K] the private branch's code (`model.private: [branch]`, FDARN's egocentric encoder;
+    #: `logits` then holds the shared and the private logits summed)
+    private_code: Tensor | None = None
 
 
 class RaymmNet(nn.Module, metaclass=ABCMeta):
@@ -84,6 +87,33 @@ def consensus_projection(dims: Mapping[str, int]) -> nn.Linear:
     with torch.no_grad():
         g.weight.copy_(torch.eye(width))
     return g
+
+
+def code_of(z: Tensor | None, emb: Mapping[str, Tensor], present: Tensor) -> Tensor:
+    """The representation a network's classifier reads, as one [B, K] code per sample: the
+    fused `z`, or under logit fusion the sensors' embeddings side by side, an absent sensor's
+    zeroed (FDARN's shared and private codes)."""
+    if z is not None:
+        return z
+    return torch.cat([e * present[:, j:j + 1] for j, e in enumerate(emb.values())], dim=1)
+
+
+def sensor_sets(sensors: tuple[str, ...]) -> int:
+    """How many non-empty sets of the sensors there are: FDARN's modality domains."""
+    return 2 ** len(sensors) - 1
+
+
+class ModalityDiscriminator(nn.Module):
+    """FDARN's modality discriminator: a layer Linear(code, width) + ReLU and the ArcFace
+    class weights `arc` [domains, width] (xavier-uniform, as ArcFace's). The model never
+    calls it: the fdarn objective reads its parameters (`discriminator.*`) and applies it
+    to the shared code through gradient reversal and to the private code as it is."""
+
+    def __init__(self, code_dim: int, width: int, domains: int) -> None:
+        super().__init__()
+        self.layer = nn.Linear(code_dim, width)
+        self.arc = nn.Parameter(torch.empty(domains, width))
+        nn.init.xavier_uniform_(self.arc)
 
 
 def embed(encoders: nn.ModuleDict, sensors: tuple[str, ...], inputs: dict[str, Tensor],
@@ -144,6 +174,15 @@ class MultimodalNet(RaymmNet):
                 nn.init.zeros_(up.bias)
         else:
             self.fusion = self.head = self.adapter = None  # type: ignore[assignment]
+        #: FDARN's private network beside this one (`model.private: [branch]`, group
+        #: `private`): the same form without the options that belong to the shared network
+        self.branch = MultimodalNet(sensors, shapes, num_classes, spec.model_copy(update={
+            "private": [], "discriminator": 0, "consensus": False, "adapter": False,
+            "aux_heads": False, "fusion_blocks": "none"})) if "branch" in spec.private else None
+        #: FDARN's modality discriminator (`model.discriminator`, in `shared`)
+        self.discriminator = ModalityDiscriminator(
+            spec.fusion_dim if self.fusion is not None else sum(dims.values()),
+            spec.discriminator, sensor_sets(self.sensors)) if spec.discriminator else None
         #: M3Fed's consensus projection G on every sensor's embedding (`model.consensus`),
         #: registered last: its weight is the last E×E numbers of `shared`
         self.consensus = consensus_projection(dims) if spec.consensus else None
@@ -158,6 +197,13 @@ class MultimodalNet(RaymmNet):
         detached values of z and of the head's parameters so that only the adapter learns
         from it. Without an adapter both flags change nothing. `embeddings`: see
         `takes_embeddings`."""
+        out = self._shared(inputs, present, use_adapter, split_adapter, embeddings)
+        return out if self.branch is None else self._add_branch(out, inputs, present)
+
+    def _shared(self, inputs: dict[str, Tensor], present: Tensor, use_adapter: bool,
+                split_adapter: bool, embeddings: Mapping[str, Tensor] | None) -> ModelOutput:
+        """The network without FDARN's private branch (all of it, without `model.private:
+        [branch]`)."""
         emb = embed(self.encoders, self.sensors, inputs, embeddings)
         if self.consensus is not None:   # G e_m: every sensor into the one consensus space
             emb = {m: self.consensus(e) for m, e in emb.items()}
@@ -180,6 +226,19 @@ class MultimodalNet(RaymmNet):
             return ModelOutput(self.head(z_base), z_base, emb, sensor_logits, z_base, personal)
         z = z_base + self.adapter(z_base)
         return ModelOutput(self.head(z), z, emb, sensor_logits, z_base)
+
+    def _add_branch(self, shared: ModelOutput, inputs: dict[str, Tensor], present: Tensor
+                    ) -> ModelOutput:
+        """FDARN's prediction: the shared network's logits plus the private branch's, the
+        branch run on the present sensors' inputs only (an absent sensor's input zeroed, as
+        the data path gives it, even where an evaluation masks a held sensor)."""
+        branch = self.branch
+        assert branch is not None
+        masked = {m: inputs[m] * present[:, j].reshape(-1, *([1] * (inputs[m].dim() - 1)))
+                  for j, m in enumerate(self.sensors)}
+        own = branch(masked, present)
+        return replace(shared, logits=shared.logits + own.logits,
+                       private_code=code_of(own.z_base, own.embeddings, present))
 
     def group_of(self, param_name: str) -> str:
         """The travelling group a parameter (named as in named_parameters) belongs to."""

@@ -73,6 +73,9 @@ NEEDS: dict[tuple[str, str], dict[str, Any]] = {
     # a sync every 2 rounds so that the checkpoint falls inside a window
     ("aggregation", "m3fed"): {"method": "m3fed", "training.sync_every": 2},
     ("objective", "m3fed"): {"method": "m3fed", "training.sync_every": 2},
+    # FDARN: the private branch and the modality discriminator its loss reads (its preset's
+    # model keys); the private branch leaves no global model: only the devices are evaluated
+    ("objective", "fdarn"): {"method": "fdarn", "eval.scope": "devices"},
     # the worked example of a broadcast extra: µ from the aggregator, read by the objective
     ("aggregation", "adaptive_prox"): {"objective": {"name": "adaptive_prox"}},
     ("objective", "adaptive_prox"): {"aggregation": {"name": "adaptive_prox"}},
