@@ -26,6 +26,7 @@ import numpy.typing as npt
 from policies.aggregation.fedavg import FedAvg
 from policies.objective.bmsfed import CORRECT, COUNTS, MEANS, PROTO, PROTO_OK
 from raymm.config.schema import Scenario
+from raymm.errors import refuse
 from raymm.protocol.messages import UpdateBatch
 from raymm.protocol.registry import AGGREGATORS
 from raymm.protocol.seams import AggregationContext
@@ -102,6 +103,7 @@ class BMSFedAggregation(FedAvg):
         return problems
 
     def bind(self, scenario: Scenario, sensors: tuple[str, ...]) -> None:
+        refuse(self.check_scenario(self.params, scenario, sensors))
         self.sensors = tuple(sensors)
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,

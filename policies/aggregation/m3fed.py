@@ -117,7 +117,8 @@ class M3FedAggregator(Aggregator):
     # not `combinable`: the clustering reads every sender's own row
 
     def __init__(self, params: M3FedAggParams) -> None:
-        import sklearn.cluster  # noqa: F401  (slow first import: at build time, not in a round)
+        # sklearn's first import takes seconds: paid once, when the aggregator is built
+        import sklearn.cluster  # noqa: F401  (deferred: not by every module importing policies)
 
         self.p = params
         self.g_size = 0                        # E×E, set by `bind`

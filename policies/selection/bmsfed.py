@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.aggregation.bmsfed import DIST, KNOWN, RATIO
 from raymm.config.schema import Scenario
+from raymm.errors import refuse
 from raymm.protocol.registry import SELECTORS
 from raymm.protocol.seams import SelectionContext, Selector
 
@@ -102,6 +103,7 @@ class BMSFedSelection(Selector):
         return []
 
     def bind(self, scenario: Scenario, sensors: tuple[str, ...]) -> None:
+        refuse(self.check_scenario(self.p, scenario, sensors))
         self.sensors = tuple(sensors)
 
     def _k(self, ctx: SelectionContext) -> int:

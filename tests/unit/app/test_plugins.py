@@ -197,7 +197,7 @@ def test_plugin_mistakes_are_named(tmp_path, monkeypatch, clean_registries, name
 def test_validate_lists_the_plugin_names_among_the_choices(mylab, capsys):
     assert main(["validate", str(SCENARIO)]) == 2  # the plugin is not loaded
     err = capsys.readouterr().err
-    assert "method: unknown preset 'mylab_robust'; choose one of: fedadagrad" in err
+    assert "method: unknown preset 'mylab_robust'; choose one of: blossom, blossom_ph" in err
     assert err.rstrip().endswith("or load the plugin that registers it (--plugin MODULE)")
     assert main(["validate", str(SCENARIO), "--plugin", "mylab.fl",
                  "--set", "aggregation.name=mylab_mean"]) == 2
