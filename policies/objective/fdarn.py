@@ -102,8 +102,11 @@ class FDARNParams(BaseModel):
     arc_scale: float = Field(default=72.0, gt=0)
     #: ArcFace's additive angular margin m in radians (FDARN's 0.5)
     arc_margin: float = Field(default=0.5, ge=0, lt=math.pi / 2)
-    #: γ of the reversal coefficient 2/(1 + e^(−γ·p)) − 1, p = round / rounds (DANN's 10)
+    #: γ of the reversal coefficient 2/(1 + e^(−γ·p)) − 1, p = round / grl_rounds (DANN's 10)
     grl_gamma: float = Field(default=10.0, ge=0)
+    #: rounds over which the progress p of the reversal's schedule goes from 0 to 1 (and stays
+    #: 1 after): 0 = the scenario's `rounds`
+    grl_rounds: int = Field(default=0, ge=0)
 
 
 @OBJECTIVES.register("fdarn")
@@ -138,7 +141,7 @@ class FDARN(Objective):
         problems = self.check_scenario(self.p, scenario, sensors)
         if problems:
             refuse(problems)
-        self.rounds = max(1, scenario.rounds)
+        self.rounds = max(1, self.p.grl_rounds or scenario.rounds)
 
     def coefficient(self, round: int) -> float:
         """The gradient reversal's coefficient in `round` (rising from ~0 to ~1 over the

@@ -4,8 +4,9 @@ A group's vector holds its parameters and then its floating-point buffers (batch
 running statistics) when they travel (`model.buffers: average`: averaged with their group).
 With `model.buffers: local` they form the group `buffers` instead, which never travels: each
 device keeps its own vector (FedBN).
-With `model.private` the blocks it names (task head, fusion layer) form the group `private`:
-trained like the others, but kept on each device and never exchanged (BLOSSOM's PH/PHF).
+With `model.private` the blocks it names (task head, fusion layer, FDARN's private branch)
+form the group `private`: trained like the others, but kept on each device and never
+exchanged (BLOSSOM's PH/PHF, FDARN).
 Integer buffers (batch norm's step count) never travel: loading a group puts them back to
 their initial value, so nothing depends on how many devices a process trained.
 """

@@ -177,3 +177,17 @@ def test_lockstep_trains_as_the_sequential_path(fusion: str, tmp_path, monkeypat
         assert seq[g] == pytest.approx(vec[g], abs=2e-5), g
     assert [r["train_loss"] for r in seq_rows] == pytest.approx(
         [r["train_loss"] for r in vec_rows], rel=1e-4)
+
+
+def test_reversal_reaches_full_strength_after_grl_rounds() -> None:
+    from raymm.app.build import load_scenario
+
+    from helpers import tiny_scenario
+    sc = load_scenario(tiny_scenario(method="fdarn", rounds=100, **{"eval.scope": "devices"}))
+    obj = FDARN(FDARNParams(grl_rounds=10))
+    obj.bind(sc, ("a", "b"))
+    assert obj.coefficient(5) == pytest.approx(2 / (1 + math.exp(-5)) - 1)
+    assert obj.coefficient(50) == obj.coefficient(10)
+    whole = FDARN(FDARNParams())
+    whole.bind(sc, ("a", "b"))
+    assert whole.coefficient(50) == pytest.approx(obj.coefficient(5))
