@@ -111,6 +111,17 @@ def run_once(raw: dict[str, Any], out: Path, executor: str = "serial") -> dict[s
     return summary
 
 
+def per_method_overrides(given: list[str]) -> dict[str, list[str]]:
+    """`METHOD:KEY=VALUE` items -> {method: [KEY=VALUE, ...]}."""
+    out: dict[str, list[str]] = {}
+    for item in given:
+        method, sep, override = item.partition(":")
+        if not sep or "=" not in override:
+            raise SystemExit(f"--set-for: expected METHOD:KEY=VALUE, got {item!r}")
+        out.setdefault(method, []).append(override)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("scenario", help="a scenario written for fedmchain")
@@ -120,6 +131,12 @@ def main() -> None:
     ap.add_argument("--per-round", action="store_true",
                     help="also run FedAvg, FedProx and SCAFFOLD at υ = 1")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--set-for", dest="method_overrides", action="append", default=[],
+                    metavar="METHOD:KEY=VALUE",
+                    help="override for one method's runs only (repeatable), e.g. "
+                         "fedmultimodal:model.fusion=attention for a method defined on a "
+                         "fusion layer, which the scenario's late fusion lacks; such runs are "
+                         "named <scenario>_<method>_<key><value>")
     ap.add_argument("--table-name", default="table",
                     help="write <name>.md and <name>.json (default table): a run of some "
                          "methods into a shared --out need not overwrite the full table")
@@ -132,11 +149,16 @@ def main() -> None:
     jobs = [(m, m, None) for m in args.methods]
     if args.per_round and every > 1:
         jobs += [(f"{m} (υ=1)", m, 1) for m in PER_ROUND if m in args.methods]
+    own = per_method_overrides(args.method_overrides)
     results: dict[str, list[dict[str, Any]]] = {}
     for seed in args.seeds:
         for label, method, sync in jobs:
             raw = method_variant(base, method, policies.PRESETS, sync_every=sync)
-            raw.update(seed=seed, name=f"{sc.name}_{method}{'_u1' if sync else ''}_s{seed}")
+            tag = "".join(f"_{k.rsplit('.', 1)[-1]}{v}" for k, v in
+                          (o.split("=", 1) for o in own.get(method, [])))
+            raw = apply_overrides(raw, own.get(method, []))
+            raw.update(seed=seed,
+                       name=f"{sc.name}_{method}{tag}{'_u1' if sync else ''}_s{seed}")
             summary = run_once(raw, out)
             results.setdefault(label, []).append(summary)
             print(f"{label} seed {seed}: ACC {summary['final_accuracy']:.4f}", flush=True)
