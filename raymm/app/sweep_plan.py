@@ -67,7 +67,8 @@ def plan_jobs(scenarios: Sequence[str | Path], seeds: Sequence[int], overrides: 
                 variants, skipped = method_scenarios(path, methods, sets)
                 where = f" (at {' '.join(point.overrides)})" if point.overrides else ""
                 for note in skipped:
-                    print(f"raymm sweep: skipping {note}{where}")
+                    verb = "notice:" if "does not apply" in note else "skipping"
+                    print(f"raymm sweep: {verb} {note}{where}")
                 # a variant already carries the overrides
                 sources += [(v, [], point) for v in variants]
             else:

@@ -125,12 +125,32 @@ def method_variant(raw: Mapping[str, Any], method: str,
     return out
 
 
+def dropped_overrides(overrides: Sequence[str], variant: Mapping[str, Any]) -> list[str]:
+    """A note per `--set` of a policy's parameter that `method_variant` left out of `variant`
+    (the scenario's policy in that section is not the method's): the value does not reach the
+    method's run, and the note says how to address the method's own policy instead."""
+    notes = []
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        section, _, rest = key.partition(".")
+        if section not in SECTIONS or not rest or rest in SECTION_KEYS[section] | {"name"}:
+            continue
+        spec = variant.get(section)
+        if not isinstance(spec, Mapping) or rest.split(".")[0] not in spec:
+            theirs = _name(presets().get(str(variant.get("method"))), section)
+            notes.append(f"--set {key} does not apply: the scenario's {section} policy is not "
+                         f"this method's ({theirs}); add --set {section}.name={theirs} to set it "
+                         f"on {theirs}")
+    return notes
+
+
 def method_scenarios(path: str | Path, methods: Sequence[str],
                      overrides: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
     """The scenario at `path` once per method (`raymm.app.variants.method_variant`: same data,
     devices, rounds, protocol and sync period; the method's own policies), each named
-    `<name>_<method>` (the scenario's own method keeps its name), and notes on the methods
-    skipped. `methods` is a list of preset names or ["all"] (`raymm.app.build.method_names`): with
+    `<name>_<method>` (the scenario's own method keeps its name), and notes: the methods
+    skipped, and each `--set` of a policy parameter that does not reach a method
+    (`dropped_overrides`). `methods` is a list of preset names or ["all"] (`raymm.app.build.method_names`): with
     "all", a method that cannot run on this scenario (e.g. a chain of modalities on a fusion
     layer) is skipped with the reason; a method named explicitly must be valid."""
     every = list(methods) == ["all"]
@@ -145,6 +165,7 @@ def method_scenarios(path: str | Path, methods: Sequence[str],
     for m in names:
         try:
             raw = method_variant(base, m, table)
+            skipped += [f"{m}: {note}" for note in dropped_overrides(overrides, raw)]
             if m != base.get("method"):
                 raw["name"] = f"{base.get('name')}_{m}"
             load_scenario(raw)

@@ -113,3 +113,18 @@ def test_method_variant_keeps_the_sync_period_for_every_method() -> None:
         "training"]["sync_every"] == 7
     for method in ("fedavg", "fedprox", "scaffold", "local", "fedmchain"):
         load_scenario(method_variant(raw, method, policies.PRESETS))   # each one is valid
+
+
+def test_a_policy_parameter_set_for_another_policy_is_named_not_dropped_in_silence() -> None:
+    path = SCENARIOS / "fedmchain_synthetic.yaml"           # FedMChain: SSCA, MCFT
+    _, notes = method_scenarios(path, ["fedmchain", "fedavg"], ["objective.lambda_a=0.2"])
+    assert notes == ["fedavg: --set objective.lambda_a does not apply: the scenario's objective "
+                     "policy is not this method's (ce); add --set objective.name=ce to set it "
+                     "on ce"]
+    # named, the section is the method's own and the value reaches its run
+    variants, notes = method_scenarios(path, ["fedprox"], ["objective.name=ce",
+                                                           "objective.mu=0.5"])
+    assert notes == [] and variants[0]["objective"] == {"name": "ce", "mu": 0.5}
+    # the section's own keys (selection.k) travel to every method
+    _, notes = method_scenarios(path, ["fedavg"], ["selection.k=3"])
+    assert notes == []
