@@ -150,9 +150,10 @@ def method_scenarios(path: str | Path, methods: Sequence[str],
     devices, rounds, protocol and sync period; the method's own policies), each named
     `<name>_<method>` (the scenario's own method keeps its name), and notes: the methods
     skipped, and each `--set` of a policy parameter that does not reach a method
-    (`dropped_overrides`). `methods` is a list of preset names or ["all"] (`raymm.app.build.method_names`): with
-    "all", a method that cannot run on this scenario (e.g. a chain of modalities on a fusion
-    layer) is skipped with the reason; a method named explicitly must be valid."""
+    (`dropped_overrides`). `methods` is a list of preset names or ["all"]
+    (`raymm.app.build.method_names`): with "all", a method that cannot run on this scenario
+    (e.g. a chain of modalities on a fusion layer) is skipped with the reason; a method named
+    explicitly must be valid."""
     every = list(methods) == ["all"]
     names = method_names() if every else list(methods)
     table = presets()
