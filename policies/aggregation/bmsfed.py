@@ -63,10 +63,18 @@ def imbalance_ratio(correct: np.ndarray) -> np.ndarray:
 def distance_rows(vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """||vectors[r] − vectors[j]|| for every r in `rows` and every j: [len(rows), N], float64.
     One row at a time (memory N·P, not rows·N·P), each a numpy reduction (the same numbers
-    in the driver and in a Ray actor)."""
+    in the driver and in a Ray actor): the float32 difference, squared in float64. Row k
+    computes only the columns not among rows[:k] and copies the others from the rows before
+    it: the float32 difference only changes sign, so D_{rj} and D_{jr} are the same bits."""
     out = np.empty((len(rows), vectors.shape[0]), np.float64)
-    for k, r in enumerate(rows.tolist()):
-        out[k] = np.sqrt(((vectors - vectors[r]).astype(np.float64) ** 2).sum(axis=1))
+    todo = np.ones(vectors.shape[0], bool)
+    order = rows.tolist()
+    for k, r in enumerate(order):
+        cols = np.flatnonzero(todo)
+        diff = vectors[cols] - vectors[r]
+        out[k, cols] = np.sqrt(np.square(diff, dtype=np.float64).sum(axis=1))
+        out[k, order[:k]] = out[:k, r]
+        todo[r] = False
     return out
 
 
@@ -86,6 +94,8 @@ class BMSFedAggregation(FedAvg):
         self.dist: dict[str, np.ndarray] = {}      # sensor -> [N, N]
         self.known = np.zeros(0, bool)
         self.ratio = np.zeros(0, np.float64)
+        #: keep the update vectors and their distances: only selection `bmsfed` reads them
+        self.tracks_updates = True
 
     @staticmethod
     def check_scenario(params: object, scenario: Scenario,
@@ -105,6 +115,8 @@ class BMSFedAggregation(FedAvg):
     def bind(self, scenario: Scenario, sensors: tuple[str, ...]) -> None:
         refuse(self.check_scenario(self.params, scenario, sensors))
         self.sensors = tuple(sensors)
+        # under another selection nobody reads them: N·P floats and K·N·P work a round saved
+        self.tracks_updates = scenario.selection.name == "bmsfed"
 
     def aggregate(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                   ctx: AggregationContext) -> dict[str, np.ndarray]:
@@ -123,7 +135,8 @@ class BMSFedAggregation(FedAvg):
 
     def _observe_updates(self, params: dict[str, np.ndarray], batch: UpdateBatch,
                          n_devices: int) -> None:
-        """Keep each sender's update of every sensor group and refresh its distance rows."""
+        """Mark the senders known; keep each one's update of every sensor group and refresh
+        its distance rows (when selection `bmsfed` reads them: `tracks_updates`)."""
         if self.known.shape[0] != n_devices:
             self.known = np.zeros(n_devices, bool)
             self.ratio = np.full(n_devices, np.nan)
@@ -131,17 +144,19 @@ class BMSFedAggregation(FedAvg):
             g = f"sensor:{m}"
             if g not in batch.updates:
                 continue
+            ids = batch.device_ids[batch.senders[g]]
+            self.known[ids] = True
+            if not self.tracks_updates:
+                continue
             if m not in self.vectors:
                 self.vectors[m] = np.zeros((n_devices, params[g].shape[0]), np.float32)
                 self.dist[m] = np.zeros((n_devices, n_devices), np.float64)
-            ids = batch.device_ids[batch.senders[g]]
             rows = batch.updates[g]
             # g_i = θ_server − θ_i; an uploaded delta is θ_i − θ_server already
             self.vectors[m][ids] = -rows if self.takes_deltas else params[g][None, :] - rows
             d = distance_rows(self.vectors[m], ids)
             self.dist[m][ids] = d
             self.dist[m][:, ids] = d.T
-            self.known[ids] = True
 
     def extras(self, round: int) -> dict[str, np.ndarray]:
         if self.protos is None or self.ok is None:

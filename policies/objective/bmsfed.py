@@ -129,6 +129,14 @@ class BMSFedObjective(Objective):
                             f"{len(sensors)} sensors")
         return problems
 
+    def bind(self, scenario: Scenario, sensors: tuple[str, ...]) -> None:
+        """Under logit fusion (`sum_logits`) a sensor a device does not train adds exactly
+        nothing to its logits or to this loss, so a lock-step program per sensor set gives the
+        same bits as one mixed program, and runs faster: a mixed one selects the rows of every
+        encoder's input at every step. Under a fusion layer the absent sensor's zero-input
+        embedding enters the fused vector: programs stay mixed (one constant embedding)."""
+        self.mixes_sensor_sets = scenario.model.fusion != "sum_logits"
+
     def loss(self, inp: LossInputs) -> Tensor:
         loss = mean_cross_entropy(inp.out.logits, inp.y, inp.weight)
         if PROTO not in inp.extras or self.alpha <= 0:  # no prototypes before the first round

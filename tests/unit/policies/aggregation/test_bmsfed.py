@@ -10,13 +10,23 @@ from policies.aggregation.bmsfed import (
     KNOWN,
     RATIO,
     BMSFedAggregation,
+    distance_rows,
     imbalance_ratio,
     merge_prototypes,
 )
 from policies.objective.bmsfed import CORRECT, COUNTS, MEANS, PROTO
+from raymm.app.build import load_scenario
+from raymm.config.schema import Scenario
 from raymm.protocol.messages import HostResult, merge_results
 from raymm.protocol.observations import Observations
 from raymm.protocol.seams import AggregationContext
+
+from helpers import tiny_scenario
+
+
+def bmsfed_scenario() -> Scenario:
+    """A two-sensor scenario of BMSFed's policies, its selection included."""
+    return load_scenario(tiny_scenario(method="bmsfed", **{"selection.name": "bmsfed"}))
 
 
 def test_prototypes_are_count_weighted_and_kept_where_nobody_reported() -> None:
@@ -35,7 +45,7 @@ def test_imbalance_ratio() -> None:
 
 def test_update_distances_prototypes_and_ratio_after_a_round() -> None:
     agg = BMSFedAggregation(None)
-    agg.bind(None, ("a", "v"))  # type: ignore[arg-type]
+    agg.bind(bmsfed_scenario(), ("a", "v"))
     params = {"sensor:a": np.zeros(2, np.float32), "sensor:v": np.zeros(1, np.float32),
               "shared": np.zeros(1, np.float32)}
     extras = {MEANS: np.ones((2, 2, 2, 1), np.float32), COUNTS: np.ones((2, 2, 2), np.int32),
@@ -56,3 +66,29 @@ def test_update_distances_prototypes_and_ratio_after_a_round() -> None:
     assert view[DIST + "v"][0, 2] == 1.0
     assert view[RATIO][0] == 2.0 and np.isnan(view[RATIO][2])
     assert agg.extras(2)[PROTO].shape == (2, 2, 1)
+
+
+def test_distance_rows_are_the_pairwise_norms_bit_for_bit() -> None:
+    """Rows reused across the senders (symmetry) give the same bits as each row in full."""
+    v = np.random.default_rng(3).normal(size=(7, 33)).astype(np.float32)
+    rows = np.array([5, 1, 2])
+    full = np.stack([np.sqrt(((v - v[r]).astype(np.float64) ** 2).sum(axis=1)) for r in rows])
+    assert np.array_equal(distance_rows(v, rows), full)
+    assert distance_rows(np.array([[0.0, 0.0], [3.0, 4.0]], np.float32),
+                         np.array([1, 0])).tolist() == [[5.0, 0.0], [0.0, 5.0]]
+
+
+def test_no_update_vectors_kept_when_another_selection_reads_none() -> None:
+    agg = BMSFedAggregation(None)
+    agg.bind(load_scenario(tiny_scenario(method="bmsfed")), ("a", "v"))   # selection: random
+    assert not agg.tracks_updates
+    params = {"sensor:a": np.zeros(2, np.float32), "shared": np.zeros(1, np.float32)}
+    res = HostResult(np.array([1]), np.array([10]), np.zeros(1), np.zeros(1),
+                     {"sensor:a": np.ones((1, 2), np.float32),
+                      "shared": np.ones((1, 1), np.float32)},
+                     {"sensor:a": np.array([0]), "shared": np.array([0])}, {})
+    obs = Observations.register(np.ones((3, 2), bool), np.zeros(3, int))
+    agg.aggregate(params, merge_results([res]), AggregationContext(1, ("a", "v"), obs, 0))
+    view = agg.selection_view()
+    assert view[KNOWN].tolist() == [False, True, False]
+    assert DIST + "a" not in view and agg.vectors == {}

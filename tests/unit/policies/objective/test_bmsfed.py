@@ -9,7 +9,15 @@ import math
 import pytest
 import torch
 
-from policies.objective.bmsfed import enhancement_loss, prototype_logits
+from policies.objective.bmsfed import (
+    BMSFedObjective,
+    BMSFedParams,
+    enhancement_loss,
+    prototype_logits,
+)
+from raymm.app.build import load_scenario
+
+from helpers import tiny_scenario
 
 # two classes, E = 1, y = 0: P^a = [0, 2], e_a = 0.5; P^v = [0, 1], e_v = 0.9
 PROTOS = torch.tensor([[[0.0], [2.0]], [[0.0], [1.0]]])
@@ -50,3 +58,13 @@ def test_padding_rows_do_not_count() -> None:
     me = enhancement_loss(emb, torch.tensor([0, 1]), torch.ones(2, 2), PROTOS, OK, alpha=2.0,
                           weight=torch.tensor([1.0, 0.0]))
     assert me.item() == pytest.approx(2 * 1.1711, abs=1e-4)
+
+
+def test_programs_per_sensor_set_under_logit_fusion_only() -> None:
+    """Under sum_logits an absent sensor adds exactly nothing: programs per sensor set (same
+    bits, faster); under a fusion layer its zero embedding counts: mixed programs."""
+    for fusion, mixes in (("sum_logits", False), ("concat", True)):
+        obj = BMSFedObjective(BMSFedParams())
+        obj.bind(load_scenario(tiny_scenario(method="bmsfed", **{"model.fusion": fusion})),
+                 ("a", "b"))
+        assert obj.mixes_sensor_sets is mixes

@@ -7,8 +7,17 @@ import numpy as np
 
 from policies.aggregation.bmsfed import DIST, KNOWN, RATIO
 from policies.selection.bmsfed import BMSFedSelection, BMSFedSelectionParams, balanced_greedy
+from raymm.app.build import load_scenario
+from raymm.config.schema import Scenario
 from raymm.protocol.observations import Observations
 from raymm.protocol.seams import SelectionContext
+
+from helpers import tiny_scenario
+
+
+def bmsfed_scenario() -> Scenario:
+    """A two-sensor scenario of BMSFed's policies, its selection included."""
+    return load_scenario(tiny_scenario(method="bmsfed", **{"selection.name": "bmsfed"}))
 
 
 def _dist(g: np.ndarray) -> np.ndarray:
@@ -42,7 +51,7 @@ def _ctx(published: dict, k: int) -> SelectionContext:
 
 def test_unknown_devices_first_then_the_instruction_of_a_weak_pick() -> None:
     sel = BMSFedSelection(BMSFedSelectionParams(tau=1.5, subsample=1.0))
-    sel.bind(None, ("a", "v"))  # type: ignore[arg-type]
+    sel.bind(bmsfed_scenario(), ("a", "v"))
     ctx = _ctx({}, 2)
     ids = sel.select(ctx)
     assert len(ids) == 2 and sel.train_sensors(ids).all()   # nothing known: random, both
