@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from raymm.config.schema import Scenario
+from raymm.errors import refuse
 from raymm.models import RaymmNet
 from raymm.protocol.losses import mean_cross_entropy
 from raymm.protocol.registry import OBJECTIVES
@@ -111,6 +112,7 @@ class BMSFedObjective(Objective):
     mixes_sensor_sets = True
 
     def __init__(self, params: BMSFedParams) -> None:
+        self.params = params
         self.alpha = params.alpha
 
     @staticmethod
@@ -135,6 +137,7 @@ class BMSFedObjective(Objective):
         same bits as one mixed program, and runs faster: a mixed one selects the rows of every
         encoder's input at every step. Under a fusion layer the absent sensor's zero-input
         embedding enters the fused vector: programs stay mixed (one constant embedding)."""
+        refuse(self.check_scenario(self.params, scenario, sensors))
         self.mixes_sensor_sets = scenario.model.fusion != "sum_logits"
 
     def loss(self, inp: LossInputs) -> Tensor:
