@@ -100,13 +100,20 @@ def fixture(name: str) -> Path:
 def batched_matmul_is_batch_invariant() -> bool:
     """Whether torch's CPU matmul gives each batch element the same bits whatever the batch
     size: the premise of every bit-for-bit lock-step test (a device's numbers must not depend
-    on the devices it shares a program with). Measured, not assumed: on the machines this
-    project was built on (Intel CPUs, torch's MKL) it holds; on an AMD EPYC with AVX-512 the same
-    torch 2.9.1 wheel gives `bmm` over 8 matrices of 7×16 @ 16×64 results that differ from one
-    at a time in the last bit (MKL picks its kernels by CPU vendor; MKL_CBWR does not apply).
+    on the devices it shares a program with). Two patterns, both measured:
+    - `bmm` over 8 matrices against one at a time. On an AMD EPYC with AVX-512 the torch 2.9.1
+      wheel gives 8 matrices of 7×16 @ 16×64 other last bits than one at a time with two
+      threads, not with one (MKL picks its kernels by CPU vendor; MKL_CBWR does not apply).
+    - a product with an operand shared by every device, `x @ w.T` under `vmap` (TIDE's
+      prototype logits, normalize(z) @ normalize(prototypes).T): vmap folds the devices into
+      one `mm` of (devices × rows) rows against the transposed shared matrix, so a device's
+      rows are computed in a product whose row count grows with the devices in the program.
+      On an Intel Xeon with AVX-512 the same wheel, one thread, computes 8 rows of 8 features
+      against 3 prototypes with other last bits alone than inside a product of 16 rows or
+      more (seen with few output columns and up to about 10 rows per device); with `w.T`
+      made contiguous it does not. That machine's `bmm` is batch-invariant.
     Measured once, when this module is imported, with one torch thread: what every training
-    process runs with by default (`training.threads: 1`) and what the tests train with; with
-    two threads that AMD machine's `bmm` is batch-variant, with one it is not."""
+    process runs with by default (`training.threads: 1`) and what the tests train with."""
     # deferred: torch only for the tests that ask
     import torch
 
@@ -119,6 +126,11 @@ def batched_matmul_is_batch_invariant() -> bool:
             whole = torch.bmm(a, b)
             if not all(torch.equal(whole[i], torch.bmm(a[i:i + 1], b[i:i + 1])[0])
                        for i in range(8)):
+                return False
+        for n, k, m in ((8, 8, 3), (7, 16, 64), (5, 12, 6)):
+            x, w = torch.randn(8, n, k, generator=gen), torch.randn(m, k, generator=gen)
+            whole = torch.vmap(torch.mm, in_dims=(0, None))(x, w.T)
+            if not all(torch.equal(whole[i], x[i] @ w.T) for i in range(8)):
                 return False
         return True
     finally:
