@@ -122,7 +122,10 @@ def prototype_loss(z: Tensor, y: Tensor, prototypes: Tensor, mask: Tensor,
                    kappa: float, weight: Tensor | None = None) -> Tensor:
     """L_p: -mean_j log softmax_y(cos(z_j, p_y)/κ)[y_j], the softmax over the classes that have a
     prototype (`mask`), the mean over (real) samples whose class has one."""
-    logits = F.normalize(z, dim=1) @ F.normalize(prototypes, dim=1).T / kappa
+    # a contiguous right operand: vmap folds every device's rows into one product with the
+    # shared prototypes, and MKL picks its kernel for a transposed one by the row count, so a
+    # device's bits then depend on the devices beside it (tests/needs.py)
+    logits = F.normalize(z, dim=1) @ F.normalize(prototypes, dim=1).T.contiguous() / kappa
     logits = logits.masked_fill(mask[None, :] <= 0, NO_PROTOTYPE_LOGIT)
     per = F.cross_entropy(logits, y, reduction="none")
     w = mask[y] if weight is None else mask[y] * weight

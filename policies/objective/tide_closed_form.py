@@ -175,7 +175,9 @@ class TideClosedForm:
         missing = mask <= 0
         normed = _Normalized(z)
         protos = F.normalize(extras["prototypes"], dim=1)
-        logits = (normed.value @ protos.T / p.kappa_p).masked_fill(missing, NO_PROTOTYPE_LOGIT)
+        # contiguous, as in `prototype_loss`: the same bits whatever the program's size
+        logits = (normed.value @ protos.T.contiguous() / p.kappa_p).masked_fill(
+            missing, NO_PROTOTYPE_LOGIT)
         rows, grad = cross_entropy_with_grad(logits, y)
         counted = mask[y] * weight
         total = counted.sum(-1).clamp(min=1.0)

@@ -11,7 +11,6 @@ import pytest
 
 from raymm.app.api import RunResult, run
 
-from needs import needs_batch_invariant_matmul
 
 TINY: dict[str, Any] = {
     "name": "tiny_tide", "seed": 5, "rounds": 4, "method": "tide",
@@ -55,7 +54,6 @@ def tiny(**execution: Any) -> dict[str, Any]:
     return dict(TINY, execution={**TINY["execution"], **execution})
 
 
-@needs_batch_invariant_matmul
 def test_packing_does_not_change_a_tide_run(tmp_path: Path) -> None:
     one_host = run(tiny(), out=tmp_path)
     packed = run(tiny(devices_per_actor=2), out=tmp_path)
@@ -85,7 +83,6 @@ def test_early_stopping_after_patience_evaluations(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
-@needs_batch_invariant_matmul
 def test_tide_on_ray_equals_serial(tmp_path: Path, ray_session) -> None:
     serial = run(tiny(), out=tmp_path)
     on_ray = run(tiny(executor="ray", devices_per_actor=6), out=tmp_path)
