@@ -11,7 +11,6 @@ import pytest
 
 from raymm.app.api import RunResult, run
 
-
 TINY: dict[str, Any] = {
     "name": "tiny_tide", "seed": 5, "rounds": 4, "method": "tide",
     "dataset": {"name": "synthetic", "classes": 3, "n_train": 240, "n_test": 60,
