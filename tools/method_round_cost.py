@@ -33,20 +33,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired_rounds import Worker  # noqa: E402  (sibling tool)
 
-from raymm.app.variants import method_scenarios  # noqa: E402
+from raymm.app.variants import method_scenarios, per_method_overrides  # noqa: E402
 from raymm.config.schema import apply_overrides  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def method_overrides(given: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for item in given:
-        method, sep, override = item.partition(":")
-        if not sep or "=" not in override:
-            raise SystemExit(f"--set-for: expected METHOD:KEY=VALUE, got {item!r}")
-        out.setdefault(method, []).append(override)
-    return out
 
 
 def turns(workers: dict[str, Worker], rounds: int) -> dict[str, list[float]]:
@@ -77,7 +67,7 @@ def main() -> None:
     variants, notes = method_scenarios(args.scenario, args.methods, args.overrides)
     for note in notes:
         print(f"note: {note}")
-    own = method_overrides(args.method_overrides)
+    own = per_method_overrides(args.method_overrides)
     steady = [f"rounds={args.rounds}", f"eval.every={args.rounds + 1}",
               "output.tensorboard=false", "output.checkpoint_every=0"]
     workers: dict[str, Worker] = {}

@@ -28,7 +28,7 @@ import pandas as pd
 import policies
 from raymm.app.api import run
 from raymm.app.build import load_scenario
-from raymm.app.variants import method_variant
+from raymm.app.variants import method_variant, per_method_overrides
 from raymm.config.schema import apply_overrides, read_yaml
 from raymm.data import DATASETS, dataset_params
 from raymm.server.metrics import acc_at_budget
@@ -109,17 +109,6 @@ def run_once(raw: dict[str, Any], out: Path, executor: str = "serial") -> dict[s
         subset=["accuracy"]).to_dict("records")
     summary["run_dir"] = str(run_dir)
     return summary
-
-
-def per_method_overrides(given: list[str]) -> dict[str, list[str]]:
-    """`METHOD:KEY=VALUE` items -> {method: [KEY=VALUE, ...]}."""
-    out: dict[str, list[str]] = {}
-    for item in given:
-        method, sep, override = item.partition(":")
-        if not sep or "=" not in override:
-            raise SystemExit(f"--set-for: expected METHOD:KEY=VALUE, got {item!r}")
-        out.setdefault(method, []).append(override)
-    return out
 
 
 def main() -> None:

@@ -125,6 +125,18 @@ def method_variant(raw: Mapping[str, Any], method: str,
     return out
 
 
+def per_method_overrides(given: Sequence[str]) -> dict[str, list[str]]:
+    """`METHOD:KEY=VALUE` items (a comparison script's `--set-for`) -> {method: [KEY=VALUE]}:
+    overrides for one method's runs only, applied after `method_variant`."""
+    out: dict[str, list[str]] = {}
+    for item in given:
+        method, sep, override = item.partition(":")
+        if not sep or "=" not in override:
+            raise ScenarioError([f"--set-for: expected METHOD:KEY=VALUE, got {item!r}"])
+        out.setdefault(method, []).append(override)
+    return out
+
+
 def dropped_overrides(overrides: Sequence[str], variant: Mapping[str, Any]) -> list[str]:
     """A note per `--set` of a policy's parameter that `method_variant` left out of `variant`
     (the scenario's policy in that section is not the method's): the value does not reach the

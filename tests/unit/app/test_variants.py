@@ -8,7 +8,7 @@ import pytest
 
 import policies
 from raymm.app.build import load_scenario
-from raymm.app.variants import method_scenarios, method_variant
+from raymm.app.variants import method_scenarios, method_variant, per_method_overrides
 from raymm.config.schema import read_yaml
 from raymm.errors import ScenarioError
 
@@ -128,3 +128,10 @@ def test_a_policy_parameter_set_for_another_policy_is_named_not_dropped_in_silen
     # the section's own keys (selection.k) travel to every method
     _, notes = method_scenarios(path, ["fedavg"], ["selection.k=3"])
     assert notes == []
+
+
+def test_per_method_overrides_group_by_method_and_refuse_a_bad_item() -> None:
+    assert per_method_overrides(["a:model.fusion=attention", "b:x.y=1", "a:k=2"]) == {
+        "a": ["model.fusion=attention", "k=2"], "b": ["x.y=1"]}
+    with pytest.raises(ScenarioError, match="METHOD:KEY=VALUE"):
+        per_method_overrides(["model.fusion=attention"])
