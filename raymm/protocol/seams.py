@@ -419,7 +419,7 @@ class Objective(Policy, ABC):
         return 0.0, ()
 
     def local_steps(self, params: dict[str, Tensor], batches: Iterator[Any],
-                    grads_of: GradientFn) -> tuple[dict[str, Tensor], list[Tensor]]:
+                    grads_of: GradientFn) -> tuple[dict[str, Tensor], list[Tensor]] | None:
         """An update rule of the objective's own in place of "step the configured optimizer on
         `loss` once per minibatch" (M3Fed's Per-FedAvg meta step takes three minibatches a
         step): from the trained parameters, the device's minibatches
@@ -428,8 +428,8 @@ class Objective(Policy, ABC):
         once per device on the sequential path, only when the class writes it (such an
         objective cannot train in lock-step: `raymm.training.lockstep.fallback`); the
         optimizer keys of `training` are then unused and `DeviceFinish.grad_mean` stays
-        empty. Default: not written (the optimizer steps every minibatch)."""
-        raise NotImplementedError(f"{type(self).__name__} has no update rule of its own")
+        empty. Default: None, no rule of its own (the optimizer steps every minibatch)."""
+        return None
 
     def augment(self, xb: dict[str, Tensor], present: Tensor, held: tuple[str, ...],
                 sensors: tuple[str, ...], gen: torch.Generator

@@ -283,8 +283,9 @@ class LocalUpdate:
         """
         if self.stepper is not None:
             return self._run_stepper(self.stepper, params, batches, grads_of, grad_sum)
-        if self.objective.overrides(Objective.local_steps):   # an update rule of its own
-            trained, losses = self.objective.local_steps(params, iter(batches), grads_of)
+        own = self.objective.local_steps(params, iter(batches), grads_of)
+        if own is not None:   # an update rule of its own
+            trained, losses = own
             return UpdateResult(trained, losses, None)
         state = OptimizerState()
         sums: Params | None = {} if grad_sum else None
